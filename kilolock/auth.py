@@ -1,0 +1,135 @@
+"""Authentication with twisted.cred: one checker per mode, one realm.
+
+Credentials come from the C{Authorization} header: Basic (Terraform's
+C{username}/C{password}) or Bearer (OpenTofu's C{headers}).  The realm hands
+back a L{Principal}: the tenant and the name recorded in the audit trail.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+from typing import Any
+
+from attrs import frozen
+from twisted.cred.checkers import ICredentialsChecker
+from twisted.cred.credentials import (
+    Anonymous,
+    IAnonymous,
+    ICredentials,
+    IUsernamePassword,
+    UsernamePassword,
+)
+from twisted.cred.error import UnauthorizedLogin
+from twisted.cred.portal import IRealm, Portal
+from twisted.internet.defer import Deferred, fail, succeed
+from zope.interface import Attribute, Interface, implementer
+
+from kilolock.errors import BadRequest, Unauthorized
+from kilolock.model import DEFAULT_TENANT, Principal
+
+AUTH_MODES = ("open", "static", "database")
+
+
+class IBearerToken(ICredentials):
+    """A bearer token from C{Authorization: Bearer <token>}."""
+
+    token = Attribute("the token, as bytes")
+
+
+@implementer(IBearerToken)
+@frozen
+class BearerToken:
+    token: bytes
+
+
+class IPrincipal(Interface):
+    """The avatar interface: a L{Principal}."""
+
+
+def credentials_from_header(header: bytes | None) -> ICredentials:
+    """Credentials from an C{Authorization} header value (or its absence)."""
+    if not header:
+        return Anonymous()
+    scheme, _, value = header.strip().partition(b" ")
+    scheme = scheme.lower()
+    value = value.strip()
+    if scheme == b"basic":
+        try:
+            decoded = base64.b64decode(value, validate=True)
+        except ValueError:
+            raise BadRequest("malformed Basic credentials") from None
+        username, separator, password = decoded.partition(b":")
+        if not separator:
+            raise BadRequest("malformed Basic credentials")
+        return UsernamePassword(username, password)
+    if scheme == b"bearer" and value:
+        return BearerToken(value)
+    raise Unauthorized("unsupported Authorization scheme; use Basic or Bearer")
+
+
+def presented_secret(credentials: ICredentials) -> bytes | None:
+    if IUsernamePassword.providedBy(credentials):
+        return credentials.password  # type: ignore[no-any-return]
+    if IBearerToken.providedBy(credentials):
+        return credentials.token  # type: ignore[no-any-return]
+    return None
+
+
+@implementer(ICredentialsChecker)
+class OpenChecker:
+    """C{KL_AUTH_MODE=open}: everyone is let in, as the default tenant."""
+
+    credentialInterfaces = (IAnonymous, IUsernamePassword, IBearerToken)
+
+    def requestAvatarId(self, credentials: ICredentials) -> Deferred[Principal]:
+        return succeed(Principal(tenant=DEFAULT_TENANT, name="anonymous"))
+
+
+@implementer(ICredentialsChecker)
+class StaticTokenChecker:
+    """C{KL_AUTH_MODE=static}: one shared token, as a Basic password or a Bearer
+    token, compared in constant time."""
+
+    credentialInterfaces = (IAnonymous, IUsernamePassword, IBearerToken)
+
+    def __init__(self, token: str) -> None:
+        if not token:
+            raise ValueError("KL_AUTH_MODE=static needs KL_AUTH_TOKEN")
+        self._token = token.encode()
+
+    def requestAvatarId(self, credentials: ICredentials) -> Deferred[Principal]:
+        secret = presented_secret(credentials)
+        if secret is None or not hmac.compare_digest(secret, self._token):
+            return fail(UnauthorizedLogin())
+        return succeed(Principal(tenant=DEFAULT_TENANT, name="static-token"))
+
+
+@implementer(IRealm)
+class PrincipalRealm:
+    """Checkers already resolve the principal; the realm hands it over."""
+
+    def requestAvatar(self, avatarId: Any, mind: Any, *interfaces: Any) -> Any:
+        if IPrincipal not in interfaces:
+            raise NotImplementedError("only IPrincipal avatars")
+        return IPrincipal, avatarId, lambda: None
+
+
+def build_portal(checker: ICredentialsChecker) -> Portal:
+    return Portal(PrincipalRealm(), [checker])
+
+
+async def authenticate(portal: Portal, authorization: bytes | None) -> Principal:
+    """The principal behind an C{Authorization} header.
+
+    @raise Unauthorized: when credentials are missing, unknown or revoked.
+    """
+    credentials = credentials_from_header(authorization)
+    try:
+        _, principal, _ = await portal.login(credentials, None, IPrincipal)
+    except UnauthorizedLogin:
+        raise Unauthorized("missing or invalid credentials") from None
+    except NotImplementedError:  # no checker for these credentials
+        raise Unauthorized("missing or invalid credentials") from None
+    assert isinstance(principal, Principal)
+    return principal

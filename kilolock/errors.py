@@ -1,0 +1,153 @@
+"""Typed errors that carry their HTTP status and JSON error code.
+
+Stores and resources raise these; only the base resource
+(L{kilolock.web._base}) turns them into responses.  A message never contains
+state bytes, tokens or passwords.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class KilolockError(Exception):
+    """An expected failure with a fixed HTTP status and a stable JSON code."""
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def headers(self) -> dict[bytes, bytes]:
+        """Extra response headers this error needs (e.g. C{WWW-Authenticate})."""
+        return {}
+
+
+class BadRequest(KilolockError):
+    status = 400
+    code = "bad_request"
+
+
+class InvalidPath(BadRequest):
+    """A path segment broke one of the naming rules (the code names the rule)."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+    @property  # type: ignore[override]
+    def code(self) -> str:  # noqa: D401 - property standing in for the class attribute
+        return self.rule
+
+
+class InvalidState(BadRequest):
+    code = "invalid_state"
+
+
+class InvalidLockInfo(BadRequest):
+    code = "invalid_lock_info"
+
+
+class ChecksumMismatch(BadRequest):
+    code = "content_md5_mismatch"
+
+
+class Unauthorized(KilolockError):
+    status = 401
+    code = "unauthorized"
+
+    def headers(self) -> dict[bytes, bytes]:
+        return {b"WWW-Authenticate": b'Basic realm="kilolock"'}
+
+
+class Forbidden(KilolockError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(KilolockError):
+    status = 404
+    code = "not_found"
+
+
+class StateNotFound(NotFound):
+    code = "state_not_found"
+
+
+class MethodNotAllowed(KilolockError):
+    status = 405
+    code = "method_not_allowed"
+
+    def __init__(self, allowed: list[bytes]) -> None:
+        super().__init__("method not allowed here; allowed: " + ", ".join(m.decode() for m in allowed))
+        self.allowed = allowed
+
+    def headers(self) -> dict[bytes, bytes]:
+        return {b"Allow": b", ".join(self.allowed)}
+
+
+class Conflict(KilolockError):
+    status = 409
+    code = "conflict"
+
+
+class SerialConflict(Conflict):
+    """Same serial as a stored version, different bytes."""
+
+    code = "serial_conflict"
+
+    def __init__(self, serial: int) -> None:
+        super().__init__(
+            f"a different state with serial {serial} is already stored;"
+            " bump the serial and retry"
+        )
+        self.serial = serial
+
+
+class LockNotHeld(Conflict):
+    """A write named a lock ID but no lock is held (it was force-released)."""
+
+    code = "lock_not_held"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the request names a lock ID but the state is not locked;"
+            " the lock was released (force-unlock?) - lock again before writing"
+        )
+
+
+class LockConflict(KilolockError):
+    """The state is locked by someone else; the body is the holder's LockInfo.
+
+    C{status} is 423 for LOCK, POST and DELETE, and 409 for an owner UNLOCK
+    whose ID does not match the holder's.
+    """
+
+    code = "locked"
+
+    def __init__(self, holder: bytes, status: int = 423) -> None:
+        super().__init__("the state is locked by another client")
+        self.holder = holder
+        self.status = status  # type: ignore[misc]
+
+
+class PayloadTooLarge(KilolockError):
+    status = 413
+    code = "payload_too_large"
+
+
+class ServiceUnavailable(KilolockError):
+    """The database cannot be reached; clients retry after C{retry_after} s."""
+
+    status = 503
+    code = "service_unavailable"
+
+    def __init__(self, message: str = "the state database is unavailable; retry later",
+                 retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[bytes, bytes]:
+        return {b"Retry-After": str(self.retry_after).encode()}

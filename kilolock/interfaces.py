@@ -1,0 +1,116 @@
+"""The interfaces every store implements.
+
+All methods return Deferreds.  Failures are the typed errors of
+L{kilolock.errors}; a store never raises anything HTTP-specific beyond them and
+never knows about requests.
+"""
+
+from __future__ import annotations
+
+from zope.interface import Attribute, Interface
+
+
+class IStateStore(Interface):
+    """States of many tenants: versions kept byte-for-byte, locks, projection
+    rows and the audit trail.
+
+    Every public method is one transaction: the lock check, the write, the
+    projection and the audit event commit together or not at all.
+    """
+
+    def start() -> object:
+        """Prepare the store (connect, apply the schema).
+
+        @return: a Deferred firing with None when the store can serve.
+        """
+
+    def stop() -> object:
+        """Release connections.  @return: a Deferred firing with None."""
+
+    def read_current(key: object) -> object:
+        """The bytes of the current version of C{key} (a L{StateKey}).
+
+        @return: a Deferred firing with the exact bytes last written, or None
+            when no version exists (also when only a lock created the row).
+        """
+
+    def write_state(key: object, upload: object, lock_id: object, principal: object) -> object:
+        """Store C{upload} (a L{StateUpload}) as the new current version.
+
+        The lock matrix: with C{lock_id} (a str) the lock must be held with
+        that ID (L{LockNotHeld} when no lock is held, L{LockConflict} 423 when
+        another is); with C{lock_id} None the state must be unlocked
+        (L{LockConflict} 423).  A serial equal to a stored version's serial is
+        an idempotent replay when the SHA-256 matches (no new version) and a
+        L{SerialConflict} otherwise.  Writes one C{state_write} event.
+
+        @return: a Deferred firing with a L{WriteOutcome}.
+        """
+
+    def delete_state(key: object, lock_id: object, principal: object) -> object:
+        """Delete the state, its versions, projection rows and lock; keep its
+        events and add a C{state_delete} event.  Same lock rules as
+        L{write_state}; L{StateNotFound} when there is no such state.
+
+        @return: a Deferred firing with None.
+        """
+
+    def acquire_lock(key: object, info: object, principal: object) -> object:
+        """Lock C{key} with C{info} (a L{LockInfo}), creating the state row if
+        needed.  A LOCK with the holder's own ID is an idempotent success.
+        L{LockConflict} (423, the holder's bytes) when someone else holds it.
+
+        @return: a Deferred firing with True when newly acquired, False for the
+            idempotent replay.
+        """
+
+    def release_lock(key: object, lock_id: object, principal: object) -> object:
+        """Release the lock.  C{lock_id} str: owner release (idempotent when no
+        lock is held; L{LockConflict} 409 when another ID holds it).
+        C{lock_id} None: force release of whatever is held, audited as
+        C{lock_force_release}.
+
+        @return: a Deferred firing with the released L{HeldLock}, or None when
+            nothing was held.
+        """
+
+    def get_lock(key: object) -> object:
+        """@return: a Deferred firing with the L{HeldLock} on C{key} or None."""
+
+    def get_summary(key: object) -> object:
+        """@return: a Deferred firing with a L{StateSummary}, or None when the
+        state does not exist."""
+
+    def list_states(tenant: object) -> object:
+        """@return: a Deferred firing with the tenant's L{StateSummary} list,
+        ordered by path."""
+
+    def list_versions(key: object) -> object:
+        """@return: a Deferred firing with the L{StateVersion} list of C{key},
+        oldest first (empty when the state does not exist)."""
+
+    def read_version(key: object, number: object) -> object:
+        """@return: a Deferred firing with the bytes of version C{number}, or
+        None when the state has no such version."""
+
+    def get_projection(key: object) -> object:
+        """@return: a Deferred firing with the L{Projection} of the current
+        version, or None when there is no current version or it was not
+        projected (an encrypted envelope)."""
+
+    def list_events(tenant: object, state_path: object = None, kinds: object = None,
+                    since: object = None, until: object = None) -> object:
+        """@return: a Deferred firing with the tenant's L{AuditEvent} list in
+        chain order, filtered by state path, kinds and a time range."""
+
+    def record_event(tenant: object, kind: object, principal: object,
+                     state_path: object = None, detail: object = None) -> object:
+        """Append a control-plane event to the tenant's chain.
+
+        @return: a Deferred firing with the new L{AuditEvent}."""
+
+
+class IHealthCheck(Interface):
+    """Something whose readiness the server reports."""
+
+    reachable = Attribute("True when the last contact with the database worked")

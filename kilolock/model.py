@@ -1,0 +1,257 @@
+"""Frozen value types shared by the stores, the web tree and the tools."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from attrs import field, frozen
+
+from kilolock.errors import InvalidLockInfo
+
+#: The tenant every request belongs to in the C{open} and C{static} auth modes.
+DEFAULT_TENANT = "default"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    """Format C{moment} as RFC 3339 in UTC with a C{Z} (what Go's parser wants)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+_CREATED = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+    r"(Z|z|[+-]\d{2}:\d{2})$"
+)
+
+
+def parse_created(text: str) -> datetime | None:
+    """Parse a Go RFC 3339 timestamp with 0-9 fractional digits; None if unparseable."""
+    match = _CREATED.match(text)
+    if match is None:
+        return None
+    year, month, day, hour, minute, second, fraction, zone = match.groups()
+    micro = int((fraction or "0").ljust(6, "0")[:6])
+    try:
+        moment = datetime(int(year), int(month), int(day), int(hour), int(minute),
+                          int(second), micro)
+        if zone in ("Z", "z"):
+            return moment.replace(tzinfo=UTC)
+        return datetime.fromisoformat(moment.isoformat() + zone).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+@frozen
+class StateKey:
+    """One state of one tenant: C{path} is its validated segments joined by C{/}."""
+
+    tenant: str
+    path: str
+
+
+@frozen
+class Principal:
+    """Who is calling: a tenant, a display name for the audit trail, and a scope."""
+
+    tenant: str
+    name: str
+    scope: str = "write"
+    workspace_id: str | None = None
+    env_public_id: str | None = None
+    token_id: str | None = None
+
+    @property
+    def can_write(self) -> bool:
+        return self.scope == "write"
+
+
+@frozen
+class LockInfo:
+    """A lock as the client sent it: the original bytes plus the fields we read."""
+
+    raw: bytes
+    id: str
+    operation: str = ""
+    who: str = ""
+    version: str = ""
+    created: datetime | None = None
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> LockInfo:
+        """Parse a LockInfo body; raise L{InvalidLockInfo} unless it is a JSON
+        object with a non-empty string C{ID}."""
+        try:
+            doc = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise InvalidLockInfo("the lock body is not valid JSON") from None
+        if not isinstance(doc, dict):
+            raise InvalidLockInfo("the lock body must be a JSON object (LockInfo)")
+        lock_id = doc.get("ID")
+        if not isinstance(lock_id, str) or not lock_id:
+            raise InvalidLockInfo("LockInfo needs a non-empty string ID")
+        created = doc.get("Created")
+        return cls(
+            raw=raw,
+            id=lock_id,
+            operation=_text(doc.get("Operation")),
+            who=_text(doc.get("Who")),
+            version=_text(doc.get("Version")),
+            created=parse_created(created) if isinstance(created, str) else None,
+        )
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+@frozen
+class HeldLock:
+    """The lock currently held on a state."""
+
+    info: LockInfo
+    acquired_at: datetime
+    principal: str
+
+
+@frozen
+class ResourceRow:
+    """One resource instance (or deposed object) of a state's current version."""
+
+    address: str
+    module: str
+    mode: str
+    type: str
+    name: str
+    provider: str
+    index_key: str | None  # JSON text of the count/for_each key, or None
+    deposed: str | None
+    attributes: str  # JSON text, sensitive paths redacted
+
+
+@frozen
+class DependencyRow:
+    address: str
+    depends_on: str
+
+
+@frozen
+class OutputRow:
+    name: str
+    type: str | None  # JSON text of the output's type
+    value: str | None  # JSON text; None when sensitive
+    sensitive: bool
+
+
+@frozen
+class Projection:
+    resources: tuple[ResourceRow, ...] = ()
+    dependencies: tuple[DependencyRow, ...] = ()
+    outputs: tuple[OutputRow, ...] = ()
+
+
+@frozen
+class ParsedState:
+    """What the server reads out of a state body before storing it verbatim."""
+
+    serial: int
+    lineage: str
+    #: None for an OpenTofu encrypted envelope (stored, not projected).
+    projection: Projection | None
+    terraform_version: str | None = None
+
+    @property
+    def encrypted(self) -> bool:
+        return self.projection is None
+
+
+@frozen
+class StateUpload:
+    """A state body ready for a store: raw bytes, their SHA-256 and the parse."""
+
+    raw: bytes = field(repr=lambda raw: f"<{len(raw)} bytes>")
+    sha256: str
+    parsed: ParsedState
+
+
+@frozen
+class StateVersion:
+    """Metadata of one stored version (its bytes are fetched separately)."""
+
+    number: int  # 1, 2, 3 ... within the state; survives nothing after DELETE
+    serial: int
+    lineage: str
+    sha256: str
+    size: int
+    created_at: datetime
+    principal: str
+    projected: bool
+
+
+@frozen
+class WriteOutcome:
+    """C{created} is False for an idempotent replay of an identical write."""
+
+    version: StateVersion
+    created: bool
+
+
+@frozen
+class StateSummary:
+    key: StateKey
+    current: StateVersion | None
+    version_count: int
+    resource_count: int
+    lock: HeldLock | None
+    updated_at: datetime
+
+
+@frozen
+class Condition:
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str
+    observed_generation: int
+    last_transition_time: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+            "observedGeneration": self.observed_generation,
+            "lastTransitionTime": rfc3339(self.last_transition_time),
+        }
+
+
+@frozen
+class AuditEvent:
+    """One mutation, hash-chained per tenant.  Never holds state bytes or secrets."""
+
+    seq: int  # position in the tenant's chain, from 1
+    tenant: str
+    kind: str
+    state_path: str | None
+    principal: str
+    at: datetime
+    lock_id: str | None = None
+    serial: int | None = None
+    sha256: str | None = None
+    detail: str = "{}"  # JSON text
+    prev_hash: str = ""
+    hash: str = ""
+
+
+#: Event kinds written by the state lane.
+STATE_WRITE = "state_write"
+STATE_DELETE = "state_delete"
+LOCK_ACQUIRE = "lock_acquire"
+LOCK_RELEASE = "lock_release"
+LOCK_FORCE_RELEASE = "lock_force_release"

@@ -1,0 +1,282 @@
+"""A real, complete in-memory L{IStateStore}: dicts in one process.
+
+Used by tests and by C{--store memory} (integration tests of Terraform
+modules).  Each public method runs synchronously and returns an already-fired
+Deferred, so every operation is atomic exactly as a database transaction is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from attrs import define, evolve, field
+from twisted.internet.defer import Deferred, fail, succeed
+from zope.interface import implementer
+
+from kilolock.audit import GENESIS, event_hash
+from kilolock.errors import LockConflict, LockNotHeld, SerialConflict, StateNotFound
+from kilolock.interfaces import IStateStore
+from kilolock.model import (
+    LOCK_ACQUIRE,
+    LOCK_FORCE_RELEASE,
+    LOCK_RELEASE,
+    STATE_DELETE,
+    STATE_WRITE,
+    AuditEvent,
+    HeldLock,
+    LockInfo,
+    Principal,
+    Projection,
+    StateKey,
+    StateSummary,
+    StateUpload,
+    StateVersion,
+    WriteOutcome,
+    utcnow,
+)
+
+
+@define
+class _StoredVersion:
+    meta: StateVersion
+    raw: bytes
+    projection: Projection | None
+
+
+@define
+class _State:
+    created_at: datetime
+    updated_at: datetime
+    versions: list[_StoredVersion] = field(factory=list)
+    lock: HeldLock | None = None
+
+    @property
+    def current(self) -> _StoredVersion | None:
+        return self.versions[-1] if self.versions else None
+
+
+def _run(operation: Callable[[], Any]) -> Deferred[Any]:
+    try:
+        return succeed(operation())
+    except Exception:
+        return fail()
+
+
+@implementer(IStateStore)
+@define
+class MemoryStateStore:
+    """Every state, version, lock and event of every tenant, in dicts."""
+
+    clock: Callable[[], datetime] = utcnow
+    _states: dict[StateKey, _State] = field(factory=dict, init=False)
+    _events: dict[str, list[AuditEvent]] = field(factory=dict, init=False)
+
+    def start(self) -> Deferred[None]:
+        return succeed(None)
+
+    def stop(self) -> Deferred[None]:
+        return succeed(None)
+
+    def reset(self) -> None:
+        """Forget everything (used between tests of Terraform modules)."""
+        self._states.clear()
+        self._events.clear()
+
+    # -- the state lane -------------------------------------------------
+
+    def read_current(self, key: StateKey) -> Deferred[bytes | None]:
+        def read() -> bytes | None:
+            state = self._states.get(key)
+            current = state.current if state else None
+            return current.raw if current else None
+
+        return _run(read)
+
+    def write_state(self, key: StateKey, upload: StateUpload, lock_id: str | None,
+                    principal: Principal) -> Deferred[WriteOutcome]:
+        def write() -> WriteOutcome:
+            state = self._states.get(key)
+            self._check_lock(state, lock_id)
+            now = self.clock()
+            if state is None:
+                state = self._states[key] = _State(created_at=now, updated_at=now)
+            for stored in state.versions:
+                if stored.meta.serial == upload.parsed.serial and stored.meta.sha256 == upload.sha256:
+                    return WriteOutcome(version=stored.meta, created=False)
+            current = state.current
+            if current is not None and current.meta.serial == upload.parsed.serial:
+                raise SerialConflict(upload.parsed.serial)
+            number = state.versions[-1].meta.number + 1 if state.versions else 1
+            meta = StateVersion(
+                number=number,
+                serial=upload.parsed.serial,
+                lineage=upload.parsed.lineage,
+                sha256=upload.sha256,
+                size=len(upload.raw),
+                created_at=now,
+                principal=principal.name,
+                projected=upload.parsed.projection is not None,
+            )
+            state.versions.append(_StoredVersion(meta, upload.raw, upload.parsed.projection))
+            state.updated_at = now
+            self._append_event(key.tenant, STATE_WRITE, principal.name, key.path, now,
+                               lock_id=lock_id, serial=meta.serial, sha256=meta.sha256,
+                               detail={"version": number, "size": meta.size})
+            return WriteOutcome(version=meta, created=True)
+
+        return _run(write)
+
+    def delete_state(self, key: StateKey, lock_id: str | None,
+                     principal: Principal) -> Deferred[None]:
+        def delete() -> None:
+            state = self._states.get(key)
+            if state is None:
+                raise StateNotFound("no such state")
+            self._check_lock(state, lock_id)
+            del self._states[key]
+            self._append_event(key.tenant, STATE_DELETE, principal.name, key.path,
+                               self.clock(), lock_id=lock_id,
+                               detail={"versions": len(state.versions)})
+
+        return _run(delete)
+
+    def acquire_lock(self, key: StateKey, info: LockInfo,
+                     principal: Principal) -> Deferred[bool]:
+        def acquire() -> bool:
+            now = self.clock()
+            state = self._states.get(key)
+            if state is None:
+                state = self._states[key] = _State(created_at=now, updated_at=now)
+            if state.lock is not None:
+                if state.lock.info.id == info.id:
+                    return False
+                raise LockConflict(state.lock.info.raw, status=423)
+            state.lock = HeldLock(info=info, acquired_at=now, principal=principal.name)
+            self._append_event(key.tenant, LOCK_ACQUIRE, principal.name, key.path, now,
+                               lock_id=info.id, detail=_lock_detail(info))
+            return True
+
+        return _run(acquire)
+
+    def release_lock(self, key: StateKey, lock_id: str | None,
+                     principal: Principal) -> Deferred[HeldLock | None]:
+        def release() -> HeldLock | None:
+            state = self._states.get(key)
+            held = state.lock if state else None
+            if held is None:
+                return None
+            assert state is not None
+            if lock_id is not None and held.info.id != lock_id:
+                raise LockConflict(held.info.raw, status=409)
+            state.lock = None
+            kind = LOCK_RELEASE if lock_id is not None else LOCK_FORCE_RELEASE
+            self._append_event(key.tenant, kind, principal.name, key.path, self.clock(),
+                               lock_id=held.info.id, detail=_lock_detail(held.info))
+            return held
+
+        return _run(release)
+
+    def get_lock(self, key: StateKey) -> Deferred[HeldLock | None]:
+        state = self._states.get(key)
+        return succeed(state.lock if state else None)
+
+    # -- inspection -----------------------------------------------------
+
+    def get_summary(self, key: StateKey) -> Deferred[StateSummary | None]:
+        state = self._states.get(key)
+        return succeed(self._summary(key, state) if state else None)
+
+    def list_states(self, tenant: str) -> Deferred[list[StateSummary]]:
+        return succeed([
+            self._summary(key, state)
+            for key, state in sorted(self._states.items(), key=lambda item: item[0].path)
+            if key.tenant == tenant
+        ])
+
+    def list_versions(self, key: StateKey) -> Deferred[list[StateVersion]]:
+        state = self._states.get(key)
+        return succeed([stored.meta for stored in state.versions] if state else [])
+
+    def read_version(self, key: StateKey, number: int) -> Deferred[bytes | None]:
+        state = self._states.get(key)
+        for stored in state.versions if state else ():
+            if stored.meta.number == number:
+                return succeed(stored.raw)
+        return succeed(None)
+
+    def get_projection(self, key: StateKey) -> Deferred[Projection | None]:
+        state = self._states.get(key)
+        current = state.current if state else None
+        return succeed(current.projection if current else None)
+
+    def list_events(self, tenant: str, state_path: str | None = None,
+                    kinds: Iterable[str] | None = None, since: datetime | None = None,
+                    until: datetime | None = None) -> Deferred[list[AuditEvent]]:
+        wanted = set(kinds) if kinds is not None else None
+        return succeed([
+            event for event in self._events.get(tenant, [])
+            if (state_path is None or event.state_path == state_path)
+            and (wanted is None or event.kind in wanted)
+            and (since is None or event.at >= since)
+            and (until is None or event.at < until)
+        ])
+
+    def record_event(self, tenant: str, kind: str, principal: str,
+                     state_path: str | None = None,
+                     detail: dict[str, Any] | None = None) -> Deferred[AuditEvent]:
+        return succeed(self._append_event(tenant, kind, principal, state_path, self.clock(),
+                                          detail=detail or {}))
+
+    # -- private --------------------------------------------------------
+
+    @staticmethod
+    def _check_lock(state: _State | None, lock_id: str | None) -> None:
+        held = state.lock if state else None
+        if lock_id is not None:
+            if held is None:
+                raise LockNotHeld()
+            if held.info.id != lock_id:
+                raise LockConflict(held.info.raw, status=423)
+        elif held is not None:
+            raise LockConflict(held.info.raw, status=423)
+
+    def _summary(self, key: StateKey, state: _State) -> StateSummary:
+        current = state.current
+        resources = current.projection.resources if current and current.projection else ()
+        return StateSummary(
+            key=key,
+            current=current.meta if current else None,
+            version_count=len(state.versions),
+            resource_count=len(resources),
+            lock=state.lock,
+            updated_at=state.updated_at,
+        )
+
+    def _append_event(self, tenant: str, kind: str, principal: str, state_path: str | None,
+                      at: datetime, *, lock_id: str | None = None, serial: int | None = None,
+                      sha256: str | None = None,
+                      detail: dict[str, Any] | None = None) -> AuditEvent:
+        chain = self._events.setdefault(tenant, [])
+        event = AuditEvent(
+            seq=len(chain) + 1,
+            tenant=tenant,
+            kind=kind,
+            state_path=state_path,
+            principal=principal,
+            at=at,
+            lock_id=lock_id,
+            serial=serial,
+            sha256=sha256,
+            detail=json.dumps(detail or {}, sort_keys=True, separators=(",", ":")),
+            prev_hash=chain[-1].hash if chain else GENESIS,
+        )
+        event = evolve(event, hash=event_hash(event))
+        chain.append(event)
+        return event
+
+
+def _lock_detail(info: LockInfo) -> dict[str, Any]:
+    return {"who": info.who, "operation": info.operation}

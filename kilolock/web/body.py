@@ -1,0 +1,177 @@
+"""Request bodies: the size limit enforced while they stream in, reading them,
+checking C{Content-MD5}, and parsing states off the reactor thread."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+from typing import IO, Any
+
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.web.server import Request
+
+from kilolock.errors import BadRequest, ChecksumMismatch, InvalidState
+from kilolock.model import StateUpload
+from kilolock.tfstate import parse_state
+
+log = Logger()
+
+#: Bodies at least this large are read and parsed in a thread.
+THREAD_THRESHOLD = 256 * 1024
+
+DEFAULT_MAX_BODY_BYTES = 256 * 1024 * 1024
+
+
+class _Discard(io.RawIOBase):
+    """Where the bytes of a refused body go."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        return len(data)
+
+
+class LimitedRequest(Request):
+    """A request that refuses bodies over the site's C{max_body_bytes}.
+
+    The limit is checked against C{Content-Length} before any byte is read,
+    and against the running count of a chunked body.  A refused request is
+    answered 413 at once with C{Connection: close}; the rest of its body is
+    read and dropped for a short while (so the client sees the answer
+    instead of a reset), then the connection is closed.  Nothing reaches a
+    resource or a store.
+    """
+
+    #: Seconds to keep draining a refused body before closing the connection.
+    linger_seconds = 5.0
+
+    _received = 0
+    _refused = False
+
+    def _limit(self) -> int:
+        return int(getattr(self.channel.site, "max_body_bytes", DEFAULT_MAX_BODY_BYTES))
+
+    def gotLength(self, length: int | None) -> None:
+        if length is not None and length > self._limit():
+            self._refuse()
+            return
+        super().gotLength(length)
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if self._refused:
+            return
+        self._received += len(data)
+        if self._received > self._limit():
+            self.content.close()
+            self._refuse()
+            return
+        super().handleContentChunk(data)
+
+    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        if self._refused:
+            self.channel.loseConnection()
+            return
+        super().requestReceived(command, path, version)
+
+    def _refuse(self) -> None:
+        self._refused = True
+        self.content = _Discard()
+        limit = self._limit()
+        body = json.dumps({"error": {
+            "code": "payload_too_large",
+            "message": f"the request body is larger than the limit of {limit} bytes"
+                       " (KL_MAX_BODY_BYTES)",
+        }}).encode()
+        head = (b"HTTP/1.1 413 Payload Too Large\r\n"
+                b"Content-Type: application/json\r\n"
+                b"Connection: close\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        log.info("refused a request body over {limit} bytes", limit=limit)
+        self.channel.transport.write(head + body)
+        reactor = getattr(self.channel, "callLater", None)
+        if reactor is not None:
+            reactor(self.linger_seconds, self.channel.transport.loseConnection)
+
+
+def _read_all(content: IO[bytes]) -> bytes:
+    if isinstance(content, io.BytesIO):
+        return content.getvalue()
+    content.seek(0)
+    return content.read()
+
+
+async def read_body(request: Request, reactor: Any) -> bytes:
+    """The whole request body as bytes (read in a thread when it sits in a
+    temporary file)."""
+    content = request.content
+    if content is None:
+        return b""
+    if isinstance(content, io.BytesIO):
+        return content.getvalue()
+    return await deferToThreadPool(reactor, reactor.getThreadPool(), _read_all, content)
+
+
+def check_md5(request: Request, body: bytes) -> None:
+    """Refuse a body whose C{Content-MD5} header does not match (a truncated or
+    corrupted upload is never stored)."""
+    header = request.getHeader(b"Content-MD5")
+    if header is None:
+        return
+    try:
+        expected = base64.b64decode(header.strip(), validate=True)
+    except ValueError:
+        raise ChecksumMismatch("Content-MD5 is not valid base64") from None
+    if hashlib.md5(body).digest() != expected:  # noqa: S324 - an integrity check, not security
+        raise ChecksumMismatch("Content-MD5 does not match the body; nothing was stored")
+
+
+def prepare_upload(body: bytes) -> StateUpload:
+    """Hash and parse a state body (pure; run in a thread for large bodies)."""
+    if not body:
+        raise InvalidState("the body is empty; POST the whole state file")
+    return StateUpload(raw=body, sha256=hashlib.sha256(body).hexdigest(),
+                       parsed=parse_state(body))
+
+
+async def parse_upload(body: bytes, reactor: Any) -> StateUpload:
+    """L{prepare_upload}, off the reactor thread for bodies over the threshold.
+
+    @return: (awaited) the L{StateUpload}.
+    """
+    if len(body) < THREAD_THRESHOLD:
+        return prepare_upload(body)
+    return await deferToThreadPool(reactor, reactor.getThreadPool(), prepare_upload, body)
+
+
+def unlock_lock_id(body: bytes, query_id: str | None, allow_plain: bool) -> str | None:
+    """The lock ID an unlock request names, or None for a force release.
+
+    Accepted: LockInfo JSON (an empty or absent C{ID} means force), an empty
+    body (force, or the C{?ID=} query value when given), a JSON string, and on
+    the C{/v1/state-unlock} alias also a plain lock-id string.
+    """
+    if not body.strip():
+        return query_id or None
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        if allow_plain:
+            text = body.decode("utf-8", "replace").strip()
+            if text and len(text) <= 1024 and text.isprintable() and " " not in text:
+                return text
+        raise BadRequest("the unlock body is not valid JSON (send the LockInfo, or nothing"
+                         " to force-unlock)") from None
+    if isinstance(doc, str):
+        return doc or None
+    if isinstance(doc, dict):
+        lock_id = doc.get("ID", "")
+        if lock_id is None:
+            return None
+        if not isinstance(lock_id, str):
+            raise BadRequest("LockInfo ID must be a string")
+        return lock_id or None
+    raise BadRequest("the unlock body must be LockInfo JSON, a lock ID string, or empty")
