@@ -1,0 +1,1 @@
+"""PostgreSQL fixtures (filled in with the PostgreSQL store)."""

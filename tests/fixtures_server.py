@@ -1,0 +1,1 @@
+"""Fixtures that start real Kilolock servers."""
