@@ -7,7 +7,27 @@ never knows about requests.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
 from zope.interface import Attribute, Interface
+
+if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
+    from kilolock.model import (
+        AuditEvent,
+        HeldLock,
+        LockInfo,
+        Principal,
+        Projection,
+        StateKey,
+        StateSummary,
+        StateUpload,
+        StateVersion,
+        WriteOutcome,
+    )
 
 
 class IStateStore(Interface):
@@ -18,36 +38,41 @@ class IStateStore(Interface):
     projection and the audit event commit together or not at all.
     """
 
-    def start() -> object:
+    def start() -> Deferred[None]:
         """Prepare the store (connect, apply the schema).
 
         @return: a Deferred firing with None when the store can serve.
         """
 
-    def stop() -> object:
+    def stop() -> Deferred[None]:
         """Release connections.  @return: a Deferred firing with None."""
 
-    def read_current(key: object) -> object:
+    def read_current(key: StateKey) -> Deferred[bytes | None]:
         """The bytes of the current version of C{key} (a L{StateKey}).
 
         @return: a Deferred firing with the exact bytes last written, or None
             when no version exists (also when only a lock created the row).
         """
 
-    def write_state(key: object, upload: object, lock_id: object, principal: object) -> object:
+    def write_state(key: StateKey, upload: StateUpload, lock_id: str | None,
+                    principal: Principal) -> Deferred[WriteOutcome]:
         """Store C{upload} (a L{StateUpload}) as the new current version.
 
         The lock matrix: with C{lock_id} (a str) the lock must be held with
         that ID (L{LockNotHeld} when no lock is held, L{LockConflict} 423 when
         another is); with C{lock_id} None the state must be unlocked
-        (L{LockConflict} 423).  A serial equal to a stored version's serial is
-        an idempotent replay when the SHA-256 matches (no new version) and a
-        L{SerialConflict} otherwise.  Writes one C{state_write} event.
+        (L{LockConflict} 423).  An upload whose serial and SHA-256 equal a
+        stored version's is an idempotent replay (no new version, no event).
+        Otherwise a serial equal to the I{current} version's serial is a
+        L{SerialConflict}, and any other serial (lower ones included: C{state
+        push -force}) becomes a new current version.  Writes one C{state_write}
+        event.
 
         @return: a Deferred firing with a L{WriteOutcome}.
         """
 
-    def delete_state(key: object, lock_id: object, principal: object) -> object:
+    def delete_state(key: StateKey, lock_id: str | None,
+                     principal: Principal) -> Deferred[None]:
         """Delete the state, its versions, projection rows and lock; keep its
         events and add a C{state_delete} event.  Same lock rules as
         L{write_state}; L{StateNotFound} when there is no such state.
@@ -55,7 +80,7 @@ class IStateStore(Interface):
         @return: a Deferred firing with None.
         """
 
-    def acquire_lock(key: object, info: object, principal: object) -> object:
+    def acquire_lock(key: StateKey, info: LockInfo, principal: Principal) -> Deferred[bool]:
         """Lock C{key} with C{info} (a L{LockInfo}), creating the state row if
         needed.  A LOCK with the holder's own ID is an idempotent success.
         L{LockConflict} (423, the holder's bytes) when someone else holds it.
@@ -64,7 +89,8 @@ class IStateStore(Interface):
             idempotent replay.
         """
 
-    def release_lock(key: object, lock_id: object, principal: object) -> object:
+    def release_lock(key: StateKey, lock_id: str | None,
+                     principal: Principal) -> Deferred[HeldLock | None]:
         """Release the lock.  C{lock_id} str: owner release (idempotent when no
         lock is held; L{LockConflict} 409 when another ID holds it).
         C{lock_id} None: force release of whatever is held, audited as
@@ -74,37 +100,38 @@ class IStateStore(Interface):
             nothing was held.
         """
 
-    def get_lock(key: object) -> object:
+    def get_lock(key: StateKey) -> Deferred[HeldLock | None]:
         """@return: a Deferred firing with the L{HeldLock} on C{key} or None."""
 
-    def get_summary(key: object) -> object:
+    def get_summary(key: StateKey) -> Deferred[StateSummary | None]:
         """@return: a Deferred firing with a L{StateSummary}, or None when the
         state does not exist."""
 
-    def list_states(tenant: object) -> object:
+    def list_states(tenant: str) -> Deferred[list[StateSummary]]:
         """@return: a Deferred firing with the tenant's L{StateSummary} list,
         ordered by path."""
 
-    def list_versions(key: object) -> object:
+    def list_versions(key: StateKey) -> Deferred[list[StateVersion]]:
         """@return: a Deferred firing with the L{StateVersion} list of C{key},
         oldest first (empty when the state does not exist)."""
 
-    def read_version(key: object, number: object) -> object:
+    def read_version(key: StateKey, number: int) -> Deferred[bytes | None]:
         """@return: a Deferred firing with the bytes of version C{number}, or
         None when the state has no such version."""
 
-    def get_projection(key: object) -> object:
+    def get_projection(key: StateKey) -> Deferred[Projection | None]:
         """@return: a Deferred firing with the L{Projection} of the current
         version, or None when there is no current version or it was not
         projected (an encrypted envelope)."""
 
-    def list_events(tenant: object, state_path: object = None, kinds: object = None,
-                    since: object = None, until: object = None) -> object:
+    def list_events(tenant: str, state_path: str | None = None,
+                    kinds: Iterable[str] | None = None, since: datetime | None = None,
+                    until: datetime | None = None) -> Deferred[list[AuditEvent]]:
         """@return: a Deferred firing with the tenant's L{AuditEvent} list in
         chain order, filtered by state path, kinds and a time range."""
 
-    def record_event(tenant: object, kind: object, principal: object,
-                     state_path: object = None, detail: object = None) -> object:
+    def record_event(tenant: str, kind: str, principal: str, state_path: str | None = None,
+                     detail: dict[str, Any] | None = None) -> Deferred[AuditEvent]:
         """Append a control-plane event to the tenant's chain.
 
         @return: a Deferred firing with the new L{AuditEvent}."""
