@@ -37,9 +37,10 @@ def wait_ready(port: int, path: str, timeout: float = 60.0) -> None:
 
 
 @contextlib.contextmanager
-def running(kind: str) -> Iterator[tuple[int, int]]:
+def running(kind: str, extra: list[str] | None = None) -> Iterator[tuple[int, int]]:
     """Run one server: C{floor}, C{memory} or C{postgres} (Kilolock on its
-    embedded PostgreSQL in a temporary data directory).
+    embedded PostgreSQL in a temporary data directory, unless C{extra} names
+    a C{--database}).
 
     @return: (context value) the port and the server's pid.
     """
@@ -53,8 +54,9 @@ def running(kind: str) -> Iterator[tuple[int, int]]:
             command = [twistd, "--logfile",
                        os.path.join(scratch, "twistd.log"), "-n", "kilolock",
                        "--listen", f"tcp:{port}:interface=127.0.0.1", "--store", kind]
-            if kind == "postgres":
+            if kind == "postgres" and not extra:
                 command += ["--data-dir", os.path.join(scratch, "data")]
+            command += extra or []
             ready_path = "/healthz"
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, cwd=scratch)

