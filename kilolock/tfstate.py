@@ -121,7 +121,9 @@ def _load(raw: bytes) -> Any:
     if text.startswith("\ufeff"):
         raise InvalidState("the body starts with a byte order mark; send plain UTF-8 JSON")
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        if len(text) >= PIECEWISE_THRESHOLD:
+            return _decode_piecewise(text)
+        return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise InvalidState(
             f"the body is not valid JSON (error at line {exc.lineno}, column {exc.colno})"
@@ -134,6 +136,80 @@ def _load(raw: bytes) -> Any:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError("NaN and Infinity are not JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+#: Bodies at least this long (in characters) are decoded piece by piece.
+PIECEWISE_THRESHOLD = 1 << 20
+
+
+def _skip(text: str, position: int) -> int:
+    match = _WHITESPACE.match(text, position)
+    assert match is not None
+    return match.end()
+
+
+def _decode_piecewise(text: str) -> Any:
+    """Decode like C{json.loads}, but parse the arrays held by a top-level
+    object one element at a time.
+
+    The C decoder holds the GIL for a whole call: one C{json.loads} of a
+    100 MB state stalls every other thread (the reactor's included) for most
+    of a second.  Decoding the big arrays element by element gives the GIL
+    back between elements, so a large state parsed in a thread no longer
+    stops the server from answering other requests.  The result, duplicate
+    keys included (the last wins), is what C{json.loads} returns.
+    """
+    position = _skip(text, 0)
+    if text[position:position + 1] != "{":
+        return _DECODER.decode(text)
+    doc: dict[str, Any] = {}
+    position = _skip(text, position + 1)
+    if text[position:position + 1] == "}":
+        position += 1
+    else:
+        while True:
+            if text[position:position + 1] != '"':
+                raise json.JSONDecodeError(
+                    "Expecting property name enclosed in double quotes", text, position)
+            key, position = _DECODER.raw_decode(text, position)
+            position = _skip(text, position)
+            if text[position:position + 1] != ":":
+                raise json.JSONDecodeError("Expecting ':' delimiter", text, position)
+            position = _skip(text, position + 1)
+            if text[position:position + 1] == "[":
+                doc[key], position = _decode_array(text, position)
+            else:
+                doc[key], position = _DECODER.raw_decode(text, position)
+            position = _skip(text, position)
+            delimiter = text[position:position + 1]
+            position = _skip(text, position + 1)
+            if delimiter == "}":
+                break
+            if delimiter != ",":
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, position)
+    if _skip(text, position) != len(text):
+        raise json.JSONDecodeError("Extra data", text, position)
+    return doc
+
+
+def _decode_array(text: str, position: int) -> tuple[list[Any], int]:
+    items: list[Any] = []
+    position = _skip(text, position + 1)
+    if text[position:position + 1] == "]":
+        return items, position + 1
+    while True:
+        item, position = _DECODER.raw_decode(text, position)
+        items.append(item)
+        position = _skip(text, position)
+        delimiter = text[position:position + 1]
+        if delimiter == "]":
+            return items, position + 1
+        if delimiter != ",":
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, position)
+        position = _skip(text, position + 1)
 
 
 def _check_version(doc: dict[str, Any]) -> None:

@@ -728,3 +728,62 @@ def test_terraform_version_optional() -> None:
     assert parse_state(state_with(terraform_version=...)).terraform_version is None
     assert parse_state(state_with(terraform_version=1)).terraform_version is None
     assert parse_state(state_with(check_results=[{"x": 1}], extra=1)).projection == Projection()
+
+
+# ---------------------------------------------------------------------------
+# piecewise decoding of large bodies
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{}",
+        " { } ",
+        '{"a": []}',
+        '{"a":[ ]}',
+        '{"resources": [{"x": 1}, {"y": [2, 3]}], "outputs": {"o": {"value": [1]}}}',
+        '\n{\n  "version": 4,\n  "resources": [\n    {"a": "b"},\n    [1, [2]]\n  ]\n}\n',
+        '{"k": 1, "k": [2]}',
+        "[1, 2, 3]",
+        '"just a string"',
+        '{"nested": {"list": [1, 2]}, "list": ["a", {"b": null}, true, false, 1.5e3]}',
+    ],
+)
+def test_piecewise_decoding_equals_json_loads(text: str) -> None:
+    """Large bodies are decoded element by element with json.loads' exact result."""
+    from kilolock.tfstate import _decode_piecewise
+
+    assert _decode_piecewise(text) == json.loads(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a": [1, 2', '{"a": [1 2]}', '{"a" 1}', '{a: 1}', '{"a": 1} x', '{"a": 1,}',
+     '{"a": [1,]}', '{"a": NaN}', '{"a": 1', '{"a": [1]]'],
+)
+def test_piecewise_decoding_rejects_what_json_loads_rejects(text: str) -> None:
+    """Malformed JSON fails the piecewise decoder as it fails json.loads."""
+    from kilolock.tfstate import _decode_piecewise
+
+    with pytest.raises(ValueError):
+        _decode_piecewise(text)
+
+
+def test_large_state_is_parsed_piecewise_with_the_same_projection() -> None:
+    """A state over the piecewise threshold parses to the same result as a small one."""
+    from kilolock import tfstate
+
+    resources = [{"mode": "managed", "type": "terraform_data", "name": f"r{i}",
+                  "provider": 'provider["terraform.io/builtin/terraform"]',
+                  "instances": [{"attributes": {"id": str(i), "pad": "p" * 300},
+                                 "sensitive_attributes": []}]} for i in range(4000)]
+    body = json.dumps({"version": 4, "serial": 3, "lineage": "l", "resources": resources,
+                       "outputs": {}}, indent=2).encode()
+    assert len(body) > tfstate.PIECEWISE_THRESHOLD
+    parsed = tfstate.parse_state(body)
+    expected = tfstate.project_state(json.loads(body))
+    assert parsed.serial == 3
+    assert parsed.projection == expected
+    truncated = body[: len(body) // 2]
+    with pytest.raises(InvalidState, match="not valid JSON"):
+        tfstate.parse_state(truncated)
