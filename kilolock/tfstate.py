@@ -103,12 +103,28 @@ def parse_state(raw: bytes) -> ParsedState:
     _check_version(doc)
     serial, lineage = _serial_and_lineage(doc, "state")
     version = doc.get("terraform_version")
-    return ParsedState(
+    parsed = ParsedState(
         serial=serial,
         lineage=lineage,
         projection=project_state(doc),
         terraform_version=_clean(version) if isinstance(version, str) else None,
     )
+    if len(raw) >= PIECEWISE_THRESHOLD:
+        _dismantle(doc)
+    return parsed
+
+
+def _dismantle(doc: dict[str, Any]) -> None:
+    """Free a large document's top-level arrays one element at a time.
+
+    Dropping the last reference to a 100 MB document frees millions of
+    objects in one C-level cascade with the GIL held; popping the big arrays
+    element by element lets other threads run in between.
+    """
+    for value in doc.values():
+        if isinstance(value, list):
+            while value:
+                value.pop()
 
 
 def _load(raw: bytes) -> Any:

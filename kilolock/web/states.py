@@ -105,8 +105,7 @@ class StateResource(_StateBase):
     async def do_POST(self, request: Request) -> Response:
         key = await self._key(request, write=True)
         body = await read_body(request, self.lane.reactor)
-        check_md5(request, body)
-        upload = await parse_upload(body, self.lane.reactor)
+        upload = await parse_upload(request, body, self.lane.reactor)
         await self.lane.store.write_state(key, upload, _query_id(request),
                                           self._principal(request))
         return Response(200)
