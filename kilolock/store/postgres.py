@@ -1,0 +1,1176 @@
+"""The PostgreSQL L{IStateStore}: txpostgres (asynchronous psycopg2) on the reactor.
+
+Every public method is one transaction (C{runInteraction}) made of small
+C{_x_txn} coroutines; nothing blocks the reactor thread.  The behaviour is
+exactly L{kilolock.store.memory.MemoryStateStore}'s; what PostgreSQL adds is
+durability and correctness across processes sharing one database:
+
+  - A write locks its state row (C{SELECT ... FOR UPDATE}, after creating it
+    with C{INSERT ... ON CONFLICT DO NOTHING}) so writers of one state are
+    serialised, then reads the lock with a fresh snapshot: a LOCK cannot slip
+    in between, because inserting a lock row needs a key-share lock on the
+    state row.  Lock check, serial check, the raw bytes, the projection (one
+    statement for all three tables, rows passed as one JSON document) and the
+    audit event commit together.
+  - Locks are taken and released with single statements
+    (C{INSERT ... ON CONFLICT (state_id) DO NOTHING RETURNING},
+    C{DELETE ... RETURNING}); there are no advisory locks.
+  - Audit events are chained per tenant: the chain head (last seq and hash)
+    is kept on the tenant row, which an append locks; hashes are
+    L{kilolock.audit.event_hash}, the memory store's.
+  - The current version of a state is its highest-numbered one.
+
+Resilience: each pooled connection carries a dead-connection detector that
+reconnects in the background after PostgreSQL restarts; a pool that failed to
+start is rebuilt by the next call; connection failures, the statement timeout
+and an overall deadline per call all surface as L{ServiceUnavailable} (503 with
+Retry-After) instead of hanging.  Nothing here logs state bytes, query
+parameters or the connection string.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import psycopg2
+from attrs import define, evolve, field
+from psycopg2.extensions import TransactionRollbackError, make_dsn, parse_dsn
+from twisted.internet.defer import (
+    CancelledError,
+    Deferred,
+    DeferredLock,
+    FirstError,
+    ensureDeferred,
+)
+from twisted.internet.error import ConnectionDone, ConnectionLost
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from txpostgres.reconnection import ConnectionDead, DeadConnectionDetector
+from txpostgres.retrying import simpleBackoffIterator
+from txpostgres.txpostgres import Connection, ConnectionPool, RollbackFailed
+from zope.interface import implementer
+
+from kilolock.audit import event_hash
+from kilolock.errors import (
+    KilolockError,
+    LockConflict,
+    LockNotHeld,
+    SerialConflict,
+    ServiceUnavailable,
+    StateNotFound,
+)
+from kilolock.interfaces import IHealthCheck, IStateStore
+from kilolock.model import (
+    LOCK_ACQUIRE,
+    LOCK_FORCE_RELEASE,
+    LOCK_RELEASE,
+    STATE_DELETE,
+    STATE_WRITE,
+    AuditEvent,
+    DependencyRow,
+    HeldLock,
+    LockInfo,
+    OutputRow,
+    Principal,
+    Projection,
+    ResourceRow,
+    StateKey,
+    StateSummary,
+    StateUpload,
+    StateVersion,
+    WriteOutcome,
+    utcnow,
+)
+from kilolock.store.embedded import EmbeddedPostgres
+from kilolock.store.schema import SchemaTooNew, ensure_schema
+
+__all__ = ["PostgresStateStore", "postgres_store_from_settings"]
+
+log = Logger()
+
+T = TypeVar("T")
+
+#: Connections per store (per process).
+DEFAULT_POOL_SIZE = 6
+#: Seconds to open one connection before giving up on it.
+CONNECT_TIMEOUT = 5.0
+#: Seconds one SQL statement may run (PostgreSQL's statement_timeout).
+STATEMENT_TIMEOUT = 30.0
+#: Seconds one store call may take in all, waiting for a connection included.
+OPERATION_TIMEOUT = 60.0
+#: The Retry-After of a 503 while the database is unreachable.
+RETRY_AFTER = 5
+#: Attempts of a transaction PostgreSQL aborted for a deadlock or
+#: serialisation failure (both are safe to retry).
+TRANSACTION_ATTEMPTS = 3
+#: Rounds of "take the lock, else read the holder" before giving up (the
+#: holder can release between the two statements).
+_ACQUIRE_ATTEMPTS = 10
+#: Uploads at least this big are prepared for the database in a thread.
+LARGE_UPLOAD_BYTES = 1 << 20
+#: Projections with more rows than this are decoded in a thread.
+LARGE_PROJECTION_ROWS = 2000
+
+#: Failures that mean "the database cannot be reached right now".
+_UNREACHABLE = (
+    psycopg2.OperationalError,
+    psycopg2.InterfaceError,
+    ConnectionDead,
+    RollbackFailed,
+    ConnectionDone,
+    ConnectionLost,
+    CancelledError,  # txpostgres's form of statement_timeout
+)
+
+
+class _ConnectTimeout(Exception):
+    """Opening a connection took longer than the connect timeout."""
+
+
+def connection_string(database_url: str, *, statement_timeout: float = STATEMENT_TIMEOUT,
+                      connect_timeout: float = CONNECT_TIMEOUT) -> str:
+    """C{database_url} (a C{postgresql://} URL or a libpq keyword string) with
+    the session settings Kilolock relies on: UTC, standard-conforming strings,
+    the statement timeout, TCP keepalives and a connect timeout.
+
+    @raise ValueError: the URL is not a connection string (the message never
+        repeats it: it may hold a password).
+    """
+    try:
+        params = parse_dsn(database_url)
+    except psycopg2.ProgrammingError:
+        raise ValueError("the database URL is not a valid PostgreSQL connection string") from None
+    settings = (
+        f"-c statement_timeout={int(statement_timeout * 1000)}"
+        " -c timezone=UTC -c standard_conforming_strings=on"
+    )
+    params["options"] = f"{params.get('options', '')} {settings}".strip()
+    params.setdefault("connect_timeout", str(max(1, round(connect_timeout))))
+    params.setdefault("application_name", "kilolock")
+    params.setdefault("client_encoding", "UTF8")
+    for name, value in (("keepalives", "1"), ("keepalives_idle", "10"),
+                        ("keepalives_interval", "5"), ("keepalives_count", "3")):
+        params.setdefault(name, value)
+    return str(make_dsn(**params))
+
+
+# ---------------------------------------------------------------------------
+# The pool: reconnecting connections, bounded connects, retirement
+
+
+class _ReconnectingDetector(DeadConnectionDetector):
+    """A txpostgres dead-connection detector that reconnects with a short
+    backoff (at most 3 s between attempts) and can be retired with its pool.
+
+    Only failures that mean the connection is gone count as death: a deadlock
+    or a cancelled statement (also C{OperationalError}s) leave the connection
+    usable.
+    """
+
+    def __init__(self, reactor: Any) -> None:
+        super().__init__(deathChecker=self._connection_died, reactor=reactor)
+        self.retired = False
+        self._delays: Iterator[float] = iter(())
+        self._pending: Any = None
+
+    def _connection_died(self, failure: Any) -> bool:
+        if self.retired:
+            return False
+        if failure.check(psycopg2.InterfaceError, RollbackFailed, ConnectionDone,
+                         ConnectionLost, _ConnectTimeout):
+            return True
+        if failure.check(psycopg2.OperationalError):
+            raw = getattr(self.reconnectable, "_connection", None)
+            return raw is None or bool(raw.closed)
+        return False
+
+    def startReconnecting(self, failure: Any) -> None:
+        self._delays = iter(simpleBackoffIterator(initialDelay=0.3, maxDelay=3.0, factor=2.0,
+                                                  maxRetries=0, now=True))
+        self._schedule_attempt()
+
+    def _schedule_attempt(self) -> None:
+        if not self.retired:
+            self._pending = self.reactor.callLater(next(self._delays), self._attempt)
+
+    def _attempt(self) -> None:
+        self._pending = None
+        if self.retired:
+            return
+        attempt = self.reconnect()
+        attempt.addCallbacks(lambda _: self.connectionRecovered(),
+                             lambda _: self._schedule_attempt())
+
+    def retire(self) -> None:
+        """Stop reconnecting, for good."""
+        self.retired = True
+        if self._pending is not None and self._pending.active():
+            self._pending.cancel()
+        self._pending = None
+
+
+class _PooledConnection(Connection):
+    """A txpostgres connection whose connect attempt is abandoned after
+    C{connect_timeout} seconds (libpq ignores C{connect_timeout} in
+    asynchronous mode) and which can be closed in any state."""
+
+    connect_timeout = CONNECT_TIMEOUT
+    detector: _ReconnectingDetector
+
+    def connect(self, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        attempt: Deferred[Any] = super().connect(*args, **kwargs)
+        if attempt.called:
+            return attempt
+        timer = self.reactor.callLater(self.connect_timeout, self._abandon_connect)
+
+        def stop_timer(result: Any) -> Any:
+            if timer.active():
+                timer.cancel()
+                return result
+            # The timer fired and closed the connection: say why it failed.
+            return Failure(_ConnectTimeout()) if isinstance(result, Failure) else result
+
+        return attempt.addBoth(stop_timer)
+
+    def _abandon_connect(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._connection is None:
+            return
+        super().close()
+
+    @property
+    def alive(self) -> bool:
+        raw = self._connection
+        return raw is not None and not raw.closed and not self.detector.connectionIsDead
+
+
+@define
+class _Ticket:
+    """Which connection a transaction got (None while it waits for one)."""
+
+    connection: _PooledConnection | None = None
+
+
+class _ResilientPool(ConnectionPool):  # type: ignore[misc]
+    """A txpostgres pool of L{_PooledConnection}s, each with its own
+    L{_ReconnectingDetector}; transactions prefer a live connection."""
+
+    def __init__(self, reactor: Any, dsn: str, size: int, connect_timeout: float) -> None:
+        self.reactor = reactor
+        self._connect_timeout = connect_timeout
+        super().__init__(None, dsn, min=size)
+        self.every_connection: frozenset[_PooledConnection] = frozenset(self.connections)
+        self.retired = False
+
+    def connectionFactory(self, reactor: Any, cooperator: Any) -> _PooledConnection:
+        connection = _PooledConnection(reactor, cooperator, detector=_ReconnectingDetector(reactor))
+        connection.connect_timeout = self._connect_timeout
+        return connection
+
+    def run_transaction(self, interaction: Callable[[Any], Deferred[T]],
+                        ticket: _Ticket) -> Deferred[T]:
+        """Run C{interaction(cursor)} in a transaction on a pooled connection,
+        noting the connection on C{ticket}.  @return: its Deferred."""
+        return self._semaphore.run(self._run_on_a_connection, interaction, ticket)  # type: ignore[no-any-return]
+
+    def _run_on_a_connection(self, interaction: Callable[[Any], Deferred[T]],
+                             ticket: _Ticket) -> Deferred[T]:
+        connection = next((c for c in self.connections if c.alive), None)
+        if connection is None:
+            connection = self.connections.pop()
+        else:
+            self.connections.remove(connection)
+        ticket.connection = connection
+        running: Deferred[T] = connection.runInteraction(interaction)
+        return running.addBoth(self._putBackAndPassthrough, connection)
+
+    @property
+    def any_alive(self) -> bool:
+        return any(connection.alive for connection in self.every_connection)
+
+    def retire(self) -> None:
+        """Close every connection and stop all reconnection attempts."""
+        self.retired = True
+        for connection in self.every_connection:
+            connection.detector.retire()
+            connection.close()
+
+
+# ---------------------------------------------------------------------------
+# The store
+
+
+@implementer(IStateStore, IHealthCheck)
+class PostgresStateStore:
+    """States, versions, locks, projection rows and audit events in PostgreSQL.
+
+    @ivar reachable: True when the last contact with the database worked.
+    @ivar schema_upgrade: (version found, version now) of the last schema
+        check, or None before the first.
+    """
+
+    def __init__(self, database_url: str | None, reactor: Any, *,
+                 pool_size: int = DEFAULT_POOL_SIZE,
+                 connect_timeout: float = CONNECT_TIMEOUT,
+                 statement_timeout: float = STATEMENT_TIMEOUT,
+                 operation_timeout: float = OPERATION_TIMEOUT,
+                 clock: Callable[[], datetime] = utcnow,
+                 embedded: EmbeddedPostgres | None = None) -> None:
+        if database_url is None and embedded is None:
+            raise ValueError("a database URL or an embedded PostgreSQL is needed")
+        self._reactor = reactor
+        self._database_url = database_url
+        self._embedded = embedded
+        self._pool_size = pool_size
+        self._connect_timeout = connect_timeout
+        self._statement_timeout = statement_timeout
+        self._operation_timeout = operation_timeout
+        self.clock = clock
+        self._dsn = (None if database_url is None else
+                     connection_string(database_url, statement_timeout=statement_timeout,
+                                       connect_timeout=connect_timeout))
+        self._pool: _ResilientPool | None = None
+        self._pool_lock = DeferredLock()
+        self._pool_attempts = 0
+        self._stopped = False
+        self._in_flight = 0
+        self._idle_waiters: list[Deferred[None]] = []
+        self.reachable = False
+        self.schema_upgrade: tuple[int, int] | None = None
+
+    @classmethod
+    def embedded(cls, server: EmbeddedPostgres, reactor: Any,
+                 **options: Any) -> PostgresStateStore:
+        """A store on an embedded PostgreSQL that it starts and stops itself."""
+        return cls(None, reactor, embedded=server, **options)
+
+    # -- lifecycle --------------------------------------------------------
+
+    def start(self) -> Deferred[None]:
+        """Connect (starting the embedded server first if there is one) and
+        bring the schema up to date.
+
+        @return: a Deferred firing with None when the store can serve, or
+            failing with L{ServiceUnavailable} when the database cannot be
+            reached (the next call tries again).
+        """
+        self._stopped = False
+
+        async def start() -> None:
+            await self._ready_pool()
+
+        return ensureDeferred(start())
+
+    def stop(self) -> Deferred[None]:
+        """Let running calls finish (for at most the operation timeout), close
+        every connection, and stop the embedded server if this store started it.
+
+        @return: a Deferred firing with None.
+        """
+        self._stopped = True
+        return ensureDeferred(self._stop())
+
+    async def _stop(self) -> None:
+        if self._in_flight:
+            idle: Deferred[None] = Deferred()
+            self._idle_waiters.append(idle)
+            await idle
+        async with self._pool_lock:
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                pool.retire()
+            if self._embedded is not None and self._embedded.running:
+                await self._embedded.stop(self._reactor)
+
+    async def _ready_pool(self) -> _ResilientPool:
+        """The started pool; opens one (again) when there is none.
+
+        Callers that queued while an attempt failed fail with it instead of
+        each waiting for their own connect timeout.
+        """
+        if self._pool is not None:
+            return self._pool
+        attempts_seen = self._pool_attempts
+        async with self._pool_lock:
+            if self._pool is not None:
+                return self._pool
+            if self._stopped:
+                raise ServiceUnavailable("the state store is stopped", retry_after=RETRY_AFTER)
+            if self._pool_attempts != attempts_seen:
+                raise ServiceUnavailable(retry_after=RETRY_AFTER)
+            self._pool_attempts += 1
+            self._pool = await self._open_pool()
+            return self._pool
+
+    async def _open_pool(self) -> _ResilientPool:
+        if self._dsn is None:
+            assert self._embedded is not None
+            try:
+                dsn = await self._embedded.start(self._reactor)
+            except Exception as error:
+                log.error("the embedded PostgreSQL did not start: {kind}: {error}",
+                          kind=type(error).__name__, error=str(error).splitlines()[:1])
+                raise ServiceUnavailable(retry_after=RETRY_AFTER) from None
+            self._dsn = connection_string(dsn, statement_timeout=self._statement_timeout,
+                                          connect_timeout=self._connect_timeout)
+        pool = _ResilientPool(self._reactor, self._dsn, self._pool_size, self._connect_timeout)
+        try:
+            try:
+                await pool.start()
+            except FirstError as first:
+                first.subFailure.raiseException()
+            if self.schema_upgrade is None:
+                self.schema_upgrade = await self._bounded(
+                    pool, lambda cursor: ensureDeferred(ensure_schema(cursor)))
+                found, now = self.schema_upgrade
+                if found != now:
+                    log.info("database schema upgraded from version {found} to {now}",
+                             found=found, now=now)
+        except Exception as error:
+            pool.retire()
+            self.reachable = False
+            if isinstance(error, KilolockError):
+                raise
+            if isinstance(error, SchemaTooNew):
+                log.error("{message}", message=str(error))
+                raise
+            if isinstance(error, (*_UNREACHABLE, _ConnectTimeout)):
+                first_line = str(error).strip().splitlines()[:1]
+                log.warn("the state database is unreachable: {kind} {error}",
+                         kind=type(error).__name__, error=first_line)
+                raise ServiceUnavailable(retry_after=RETRY_AFTER) from None
+            raise
+        self.reachable = True
+        return pool
+
+    # -- running transactions ---------------------------------------------
+
+    def _transaction(self, txn: Callable[..., Awaitable[T]], *args: Any) -> Deferred[T]:
+        """Run C{txn(cursor, *args)} as one transaction.
+
+        @return: a Deferred firing with its result; database unavailability
+            becomes L{ServiceUnavailable}; a deadlock is retried.
+        """
+        self._in_flight += 1
+
+        def finished(result: Any) -> Any:
+            self._in_flight -= 1
+            if not self._in_flight:
+                waiters, self._idle_waiters = self._idle_waiters, []
+                for waiter in waiters:
+                    waiter.callback(None)
+            return result
+
+        return ensureDeferred(self._run_transaction(txn, args)).addBoth(finished)
+
+    async def _run_transaction(self, txn: Callable[..., Awaitable[T]],
+                               args: tuple[Any, ...]) -> T:
+        if self._stopped:
+            raise ServiceUnavailable("the state store is stopped", retry_after=RETRY_AFTER)
+        pool = await self._ready_pool()
+        attempt = 1
+        while True:
+            try:
+                result: T = await self._bounded(
+                    pool, lambda cursor: ensureDeferred(txn(cursor, *args)))
+            except TransactionRollbackError:
+                if attempt >= TRANSACTION_ATTEMPTS:
+                    raise ServiceUnavailable(retry_after=1) from None
+                attempt += 1
+                continue
+            except KilolockError:
+                self.reachable = True
+                raise
+            except _UNREACHABLE as error:
+                self.reachable = pool.any_alive
+                log.warn("a state database call failed: {kind}", kind=type(error).__name__)
+                raise ServiceUnavailable(retry_after=RETRY_AFTER) from None
+            self.reachable = True
+            return result
+
+    def _bounded(self, pool: _ResilientPool,
+                 interaction: Callable[[Any], Deferred[T]]) -> Deferred[T]:
+        """Run C{interaction} on C{pool}, failing with L{ServiceUnavailable}
+        after the operation timeout.  A transaction still waiting for a
+        connection is dropped from the queue; one that is stuck on its
+        connection gets that connection closed (its detector reconnects)."""
+        ticket = _Ticket()
+        running = pool.run_transaction(interaction, ticket)
+        outcome: Deferred[T] = Deferred()
+
+        def give_up() -> None:
+            if ticket.connection is None:
+                running.cancel()
+            else:
+                ticket.connection.close()
+            if not outcome.called:
+                log.warn("a state database call exceeded {seconds} s",
+                         seconds=self._operation_timeout)
+                outcome.errback(ServiceUnavailable(retry_after=RETRY_AFTER))
+
+        timer = self._reactor.callLater(self._operation_timeout, give_up)
+
+        def settle(result: Any) -> None:
+            if timer.active():
+                timer.cancel()
+            if outcome.called:
+                return  # given up on already; a late failure is expected
+            if isinstance(result, Failure):
+                outcome.errback(result)
+            else:
+                outcome.callback(result)
+
+        running.addBoth(settle)
+        return outcome
+
+    def _in_thread(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
+        return deferToThreadPool(self._reactor, self._reactor.getThreadPool(), function, *args)
+
+    # -- the state lane -------------------------------------------------
+
+    def read_current(self, key: StateKey) -> Deferred[bytes | None]:
+        """@return: a Deferred firing with the current version's exact bytes,
+        or None when the state has no version."""
+        return self._transaction(self._read_current_txn, key)
+
+    async def _read_current_txn(self, cursor: Any, key: StateKey) -> bytes | None:
+        await cursor.execute(
+            "SELECT v.raw_state FROM state_versions v JOIN states s ON s.id = v.state_id"
+            " WHERE s.tenant_id = %s AND s.path = %s ORDER BY v.number DESC LIMIT 1",
+            (key.tenant, key.path))
+        row = cursor.fetchone()
+        return None if row is None else bytes(row[0])
+
+    def write_state(self, key: StateKey, upload: StateUpload, lock_id: str | None,
+                    principal: Principal) -> Deferred[WriteOutcome]:
+        """Store C{upload} as the new current version (see L{IStateStore}).
+
+        @return: a Deferred firing with a L{WriteOutcome}; failing with
+            L{LockNotHeld}, L{LockConflict} (423) or L{SerialConflict}.
+        """
+
+        async def write() -> WriteOutcome:
+            if len(upload.raw) >= LARGE_UPLOAD_BYTES:
+                rows = await self._in_thread(_ProjectionDocuments.of, upload.parsed.projection)
+            else:
+                rows = _ProjectionDocuments.of(upload.parsed.projection)
+            return await self._transaction(self._write_txn, key, upload, lock_id,
+                                           principal, rows)
+
+        return ensureDeferred(write())
+
+    async def _write_txn(self, cursor: Any, key: StateKey, upload: StateUpload,
+                         lock_id: str | None, principal: Principal,
+                         rows: _ProjectionDocuments) -> WriteOutcome:
+        now = self.clock()
+        state_id = await self._lock_state_row_txn(cursor, key, now, create=True)
+        assert state_id is not None
+        await self._check_lock_txn(cursor, state_id, lock_id)
+        serial = upload.parsed.serial
+        candidates = await self._versions_with_serial_or_current_txn(cursor, state_id, serial)
+        for version in candidates:
+            if version.serial == serial and version.sha256 == upload.sha256:
+                return WriteOutcome(version=version, created=False)
+        current = candidates[-1] if candidates else None
+        if current is not None and current.serial == serial:
+            raise SerialConflict(serial)
+        version = StateVersion(
+            number=current.number + 1 if current is not None else 1,
+            serial=serial,
+            lineage=upload.parsed.lineage,
+            sha256=upload.sha256,
+            size=len(upload.raw),
+            created_at=now,
+            principal=principal.name,
+            projected=upload.parsed.projection is not None,
+        )
+        version_id = await self._insert_version_txn(cursor, state_id, version, upload.raw,
+                                                    rows.resource_count)
+        await self._replace_projection_txn(cursor, state_id, version_id, rows)
+        await self._append_event_txn(cursor, key.tenant, STATE_WRITE, principal.name, key.path,
+                                     now, lock_id=lock_id, serial=serial, sha256=upload.sha256,
+                                     detail={"version": version.number, "size": version.size})
+        return WriteOutcome(version=version, created=True)
+
+    def delete_state(self, key: StateKey, lock_id: str | None,
+                     principal: Principal) -> Deferred[None]:
+        """Delete the state, its versions, projection and lock; keep its events
+        and add a C{state_delete} event.
+
+        @return: a Deferred firing with None; failing with L{StateNotFound},
+            L{LockNotHeld} or L{LockConflict} (423).
+        """
+        return self._transaction(self._delete_txn, key, lock_id, principal)
+
+    async def _delete_txn(self, cursor: Any, key: StateKey, lock_id: str | None,
+                          principal: Principal) -> None:
+        now = self.clock()
+        state_id = await self._lock_state_row_txn(cursor, key, now, create=False)
+        if state_id is None:
+            raise StateNotFound("no such state")
+        await self._check_lock_txn(cursor, state_id, lock_id)
+        await cursor.execute("SELECT count(*) FROM state_versions WHERE state_id = %s",
+                             (state_id,))
+        (version_count,) = cursor.fetchone()
+        await cursor.execute("DELETE FROM states WHERE id = %s", (state_id,))
+        await self._append_event_txn(cursor, key.tenant, STATE_DELETE, principal.name, key.path,
+                                     now, lock_id=lock_id, detail={"versions": version_count})
+
+    def acquire_lock(self, key: StateKey, info: LockInfo,
+                     principal: Principal) -> Deferred[bool]:
+        """Lock C{key}, creating its state row if needed.
+
+        @return: a Deferred firing with True when newly acquired, False when
+            C{info.id} already held it; failing with L{LockConflict} (423,
+            the holder's bytes) when another ID holds it.
+        """
+        return self._transaction(self._acquire_txn, key, info, principal)
+
+    async def _acquire_txn(self, cursor: Any, key: StateKey, info: LockInfo,
+                           principal: Principal) -> bool:
+        now = self.clock()
+        for _attempt in range(_ACQUIRE_ATTEMPTS):
+            await cursor.execute(_TAKE_LOCK, {
+                "tenant": key.tenant, "path": key.path, "lock_id": info.id,
+                "info": info.raw, "now": now, "principal": principal.name,
+            })
+            if cursor.fetchone() is not None:
+                await self._append_event_txn(cursor, key.tenant, LOCK_ACQUIRE, principal.name,
+                                             key.path, now, lock_id=info.id,
+                                             detail=_lock_detail(info))
+                return True
+            # Not taken: the state does not exist yet, or a lock is held (or
+            # was, and has just been released: then simply try again).
+            await cursor.execute(
+                "SELECT s.id, l.lock_id, l.info FROM states s"
+                " LEFT JOIN locks l ON l.state_id = s.id"
+                " WHERE s.tenant_id = %s AND s.path = %s", (key.tenant, key.path))
+            row = cursor.fetchone()
+            if row is None:
+                await self._create_state_row_txn(cursor, key, now)
+            elif row[1] is not None:
+                if row[1] == info.id:
+                    return False
+                raise LockConflict(bytes(row[2]), status=423)
+        raise ServiceUnavailable("the lock kept changing hands; retry", retry_after=1)
+
+    def release_lock(self, key: StateKey, lock_id: str | None,
+                     principal: Principal) -> Deferred[HeldLock | None]:
+        """Owner release (C{lock_id} a str) or force release (None).
+
+        @return: a Deferred firing with the released L{HeldLock}, or None when
+            nothing was held; failing with L{LockConflict} (409, the holder's
+            bytes) when an owner release names another ID.
+        """
+        return self._transaction(self._release_txn, key, lock_id, principal)
+
+    async def _release_txn(self, cursor: Any, key: StateKey, lock_id: str | None,
+                           principal: Principal) -> HeldLock | None:
+        await cursor.execute(
+            "DELETE FROM locks l USING states s"
+            " WHERE l.state_id = s.id AND s.tenant_id = %(tenant)s AND s.path = %(path)s"
+            " AND (%(lock_id)s::text IS NULL OR l.lock_id = %(lock_id)s)"
+            " RETURNING l.info, l.acquired_at, l.principal",
+            {"tenant": key.tenant, "path": key.path, "lock_id": lock_id})
+        row = cursor.fetchone()
+        if row is None:
+            if lock_id is not None:
+                holder = await self._lock_holder_txn(cursor, key)
+                if holder is not None:
+                    raise LockConflict(holder.info.raw, status=409)
+            return None
+        released = _held_lock(row)
+        kind = LOCK_RELEASE if lock_id is not None else LOCK_FORCE_RELEASE
+        await self._append_event_txn(cursor, key.tenant, kind, principal.name, key.path,
+                                     self.clock(), lock_id=released.info.id,
+                                     detail=_lock_detail(released.info))
+        return released
+
+    def get_lock(self, key: StateKey) -> Deferred[HeldLock | None]:
+        """@return: a Deferred firing with the L{HeldLock} on C{key} or None."""
+        return self._transaction(self._lock_holder_txn, key)
+
+    async def _lock_holder_txn(self, cursor: Any, key: StateKey) -> HeldLock | None:
+        await cursor.execute(
+            "SELECT l.info, l.acquired_at, l.principal FROM locks l"
+            " JOIN states s ON s.id = l.state_id WHERE s.tenant_id = %s AND s.path = %s",
+            (key.tenant, key.path))
+        row = cursor.fetchone()
+        return None if row is None else _held_lock(row)
+
+    # -- inspection -----------------------------------------------------
+
+    def get_summary(self, key: StateKey) -> Deferred[StateSummary | None]:
+        """@return: a Deferred firing with the L{StateSummary} of C{key}, or
+        None when the state does not exist."""
+
+        async def summary(cursor: Any) -> StateSummary | None:
+            summaries = await self._summaries_txn(cursor, key.tenant, key.path)
+            return summaries[0] if summaries else None
+
+        return self._transaction(summary)
+
+    def list_states(self, tenant: str) -> Deferred[list[StateSummary]]:
+        """@return: a Deferred firing with the tenant's L{StateSummary} list,
+        ordered by path (by code point, as Python sorts)."""
+        return self._transaction(self._summaries_txn, tenant, None)
+
+    async def _summaries_txn(self, cursor: Any, tenant: str,
+                             path: str | None) -> list[StateSummary]:
+        await cursor.execute(_SUMMARIES + (" AND s.path = %(path)s" if path is not None else "")
+                             + ' ORDER BY s.path COLLATE "C"', {"tenant": tenant, "path": path})
+        summaries = []
+        for row in cursor.fetchall():
+            (state_path, updated_at, version_count, info, acquired_at,
+             lock_principal, resource_count, *version_columns) = row
+            summaries.append(StateSummary(
+                key=StateKey(tenant, state_path),
+                current=None if version_columns[0] is None else _version(version_columns),
+                version_count=version_count,
+                resource_count=resource_count or 0,
+                lock=None if info is None else _held_lock((info, acquired_at, lock_principal)),
+                updated_at=_utc(updated_at),
+            ))
+        return summaries
+
+    def list_versions(self, key: StateKey) -> Deferred[list[StateVersion]]:
+        """@return: a Deferred firing with the versions of C{key}, oldest first
+        (empty when the state does not exist)."""
+        return self._transaction(self._list_versions_txn, key)
+
+    async def _list_versions_txn(self, cursor: Any, key: StateKey) -> list[StateVersion]:
+        await cursor.execute(
+            f"SELECT {_VERSION_COLUMNS} FROM state_versions v"  # noqa: S608 - constant columns
+            " JOIN states s ON s.id = v.state_id"
+            " WHERE s.tenant_id = %s AND s.path = %s ORDER BY v.number", (key.tenant, key.path))
+        return [_version(row) for row in cursor.fetchall()]
+
+    def read_version(self, key: StateKey, number: int) -> Deferred[bytes | None]:
+        """@return: a Deferred firing with the bytes of version C{number}, or
+        None when the state has no such version."""
+        return self._transaction(self._read_version_txn, key, number)
+
+    async def _read_version_txn(self, cursor: Any, key: StateKey, number: int) -> bytes | None:
+        await cursor.execute(
+            "SELECT v.raw_state FROM state_versions v JOIN states s ON s.id = v.state_id"
+            " WHERE s.tenant_id = %s AND s.path = %s AND v.number = %s",
+            (key.tenant, key.path, number))
+        row = cursor.fetchone()
+        return None if row is None else bytes(row[0])
+
+    def get_projection(self, key: StateKey) -> Deferred[Projection | None]:
+        """@return: a Deferred firing with the L{Projection} of the current
+        version, or None when there is none or it was not projected.
+
+        JSON columns come back in the parser's canonical form (compact,
+        key-sorted, ASCII); PostgreSQL's jsonb keeps their values, not their
+        spelling, so a float such as C{1e+16} comes back as C{10000000000000000}.
+        """
+
+        async def projection() -> Projection | None:
+            rows = await self._transaction(self._projection_rows_txn, key)
+            if rows is None:
+                return None
+            if sum(len(part) for part in rows) > LARGE_PROJECTION_ROWS:
+                return await self._in_thread(_projection_from_rows, *rows)
+            return _projection_from_rows(*rows)
+
+        return ensureDeferred(projection())
+
+    async def _projection_rows_txn(self, cursor: Any, key: StateKey) -> Any:
+        await cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        await cursor.execute(
+            "SELECT v.id, v.projected FROM state_versions v JOIN states s ON s.id = v.state_id"
+            " WHERE s.tenant_id = %s AND s.path = %s ORDER BY v.number DESC LIMIT 1",
+            (key.tenant, key.path))
+        row = cursor.fetchone()
+        if row is None or not row[1]:
+            return None
+        version_id = row[0]
+        rows = []
+        for query in (_SELECT_RESOURCES, _SELECT_DEPENDENCIES, _SELECT_OUTPUTS):
+            await cursor.execute(query, (version_id,))
+            rows.append(cursor.fetchall())
+        return rows
+
+    def list_events(self, tenant: str, state_path: str | None = None,
+                    kinds: Iterable[str] | None = None, since: datetime | None = None,
+                    until: datetime | None = None) -> Deferred[list[AuditEvent]]:
+        """@return: a Deferred firing with the tenant's events in chain order,
+        filtered by state path, kinds and the time range [since, until)."""
+        conditions = ["tenant_id = %(tenant)s"]
+        if state_path is not None:
+            conditions.append("state_path = %(path)s")
+        if kinds is not None:
+            kinds = list(kinds)
+            conditions.append("kind = ANY(%(kinds)s::text[])")
+        if since is not None:
+            conditions.append("at >= %(since)s")
+        if until is not None:
+            conditions.append("at < %(until)s")
+        # Only constant fragments are joined; every value is a parameter.
+        query = (f"SELECT {_EVENT_COLUMNS} FROM events"  # noqa: S608
+                 f" WHERE {' AND '.join(conditions)} ORDER BY seq")
+        params = {"tenant": tenant, "path": state_path, "kinds": kinds,
+                  "since": since, "until": until}
+
+        async def select(cursor: Any) -> list[AuditEvent]:
+            await cursor.execute(query, params)
+            return [_event(row) for row in cursor.fetchall()]
+
+        return self._transaction(select)
+
+    def record_event(self, tenant: str, kind: str, principal: str,
+                     state_path: str | None = None,
+                     detail: dict[str, Any] | None = None) -> Deferred[AuditEvent]:
+        """Append a control-plane event to the tenant's chain.
+
+        @return: a Deferred firing with the new L{AuditEvent}."""
+
+        async def record(cursor: Any) -> AuditEvent:
+            return await self._append_event_txn(cursor, tenant, kind, principal, state_path,
+                                                self.clock(), detail=detail or {})
+
+        return self._transaction(record)
+
+    # -- transaction steps ----------------------------------------------
+
+    async def _lock_state_row_txn(self, cursor: Any, key: StateKey, now: datetime, *,
+                                  create: bool) -> int | None:
+        """Lock the state's row until the transaction ends, creating it (and
+        its tenant) first when C{create}.  @return: its id, or None."""
+        params = {"tenant": key.tenant, "path": key.path}
+        await cursor.execute(_LOCK_STATE_ROW, params)
+        row = cursor.fetchone()
+        if row is None and create:
+            await self._create_state_row_txn(cursor, key, now)
+            await cursor.execute(_LOCK_STATE_ROW, params)
+            row = cursor.fetchone()
+        return None if row is None else int(row[0])
+
+    async def _create_state_row_txn(self, cursor: Any, key: StateKey, now: datetime) -> None:
+        await cursor.execute(
+            "INSERT INTO tenants (id) VALUES (%(tenant)s) ON CONFLICT (id) DO NOTHING;"
+            " INSERT INTO states (tenant_id, path, created_at, updated_at)"
+            " VALUES (%(tenant)s, %(path)s, %(now)s, %(now)s)"
+            " ON CONFLICT (tenant_id, path) DO NOTHING",
+            {"tenant": key.tenant, "path": key.path, "now": now})
+
+    async def _check_lock_txn(self, cursor: Any, state_id: int, lock_id: str | None) -> None:
+        """The lock matrix for writes and deletes, on a state row this
+        transaction has locked (so no lock can be taken until it ends)."""
+        await cursor.execute("SELECT lock_id, info FROM locks WHERE state_id = %s FOR SHARE",
+                             (state_id,))
+        held = cursor.fetchone()
+        if lock_id is not None:
+            if held is None:
+                raise LockNotHeld()
+            if held[0] != lock_id:
+                raise LockConflict(bytes(held[1]), status=423)
+        elif held is not None:
+            raise LockConflict(bytes(held[1]), status=423)
+
+    async def _versions_with_serial_or_current_txn(self, cursor: Any, state_id: int,
+                                                   serial: int) -> list[StateVersion]:
+        """The versions with C{serial} plus the current one, oldest first (so
+        the current version, if any, is last)."""
+        await cursor.execute(
+            f"SELECT {_VERSION_COLUMNS} FROM state_versions v"  # noqa: S608 - constant columns
+            " WHERE v.state_id = %(state)s"
+            " AND (v.serial = %(serial)s OR v.number = (SELECT max(number) FROM state_versions"
+            " WHERE state_id = %(state)s)) ORDER BY v.number",
+            {"state": state_id, "serial": serial})
+        return [_version(row) for row in cursor.fetchall()]
+
+    async def _insert_version_txn(self, cursor: Any, state_id: int, version: StateVersion,
+                                  raw: bytes, resource_count: int) -> int:
+        await cursor.execute(
+            "WITH touched AS (UPDATE states SET updated_at = %(now)s WHERE id = %(state)s)"
+            " INSERT INTO state_versions (state_id, number, serial, lineage, sha256, size,"
+            " raw_state, created_at, principal, projected, resource_count)"
+            " VALUES (%(state)s, %(number)s, %(serial)s, %(lineage)s, %(sha256)s, %(size)s,"
+            " %(raw)s, %(now)s, %(principal)s, %(projected)s, %(resources)s) RETURNING id",
+            {"state": state_id, "number": version.number, "serial": version.serial,
+             "lineage": version.lineage, "sha256": version.sha256, "size": version.size,
+             "raw": psycopg2.Binary(raw), "now": version.created_at,
+             "principal": version.principal, "projected": version.projected,
+             "resources": resource_count})
+        (version_id,) = cursor.fetchone()
+        return int(version_id)
+
+    async def _replace_projection_txn(self, cursor: Any, state_id: int, version_id: int,
+                                      rows: _ProjectionDocuments) -> None:
+        """Delete the previous version's projection rows and insert the new
+        ones: one statement, one bulk insert per table."""
+        await cursor.execute(_REPLACE_PROJECTION, {
+            "state": state_id, "version": version_id, "resources": rows.resources,
+            "dependencies": rows.dependencies, "outputs": rows.outputs,
+        })
+
+    async def _append_event_txn(self, cursor: Any, tenant: str, kind: str, principal: str,
+                                state_path: str | None, at: datetime, *,
+                                lock_id: str | None = None, serial: int | None = None,
+                                sha256: str | None = None,
+                                detail: dict[str, Any] | None = None) -> AuditEvent:
+        """Append an event to the tenant's chain: lock the chain head on the
+        tenant row (creating the tenant if needed), link, hash, insert."""
+        await cursor.execute(
+            "INSERT INTO tenants (id) VALUES (%s)"
+            " ON CONFLICT (id) DO UPDATE SET chain_seq = tenants.chain_seq"
+            " RETURNING chain_seq, chain_head", (tenant,))
+        last_seq, last_hash = cursor.fetchone()
+        event = AuditEvent(
+            seq=last_seq + 1,
+            tenant=tenant,
+            kind=kind,
+            state_path=state_path,
+            principal=principal,
+            at=at,
+            lock_id=lock_id,
+            serial=serial,
+            sha256=sha256,
+            detail=json.dumps(detail or {}, sort_keys=True, separators=(",", ":")),
+            prev_hash=last_hash,
+        )
+        event = evolve(event, hash=event_hash(event))
+        await cursor.execute(_APPEND_EVENT, {
+            "tenant": tenant, "seq": event.seq, "kind": kind, "path": state_path,
+            "principal": principal, "at": at, "lock_id": lock_id, "serial": serial,
+            "sha256": sha256, "detail": event.detail, "prev_hash": event.prev_hash,
+            "hash": event.hash,
+        })
+        return event
+
+
+def postgres_store_from_settings(settings: Any, reactor: Any) -> PostgresStateStore:
+    """The store C{twistd kilolock} uses: the database at C{settings.database_url},
+    or the embedded PostgreSQL in C{settings.data_dir} when there is no URL."""
+    if settings.database_url:
+        return PostgresStateStore(settings.database_url, reactor)
+    return PostgresStateStore.embedded(EmbeddedPostgres(settings.data_dir), reactor)
+
+
+# ---------------------------------------------------------------------------
+# SQL
+
+_LOCK_STATE_ROW = (
+    "SELECT id FROM states WHERE tenant_id = %(tenant)s AND path = %(path)s FOR UPDATE"
+)
+
+# One statement: ON CONFLICT DO NOTHING makes it atomic against concurrent
+# LOCKs in any process; no row comes back when the state is missing or locked.
+_TAKE_LOCK = """
+INSERT INTO locks (state_id, lock_id, info, acquired_at, principal)
+SELECT id, %(lock_id)s, %(info)s, %(now)s, %(principal)s
+FROM states WHERE tenant_id = %(tenant)s AND path = %(path)s
+ON CONFLICT (state_id) DO NOTHING
+RETURNING state_id
+"""
+
+_VERSION_COLUMNS = (
+    "v.number, v.serial, v.lineage, v.sha256, v.size, v.created_at, v.principal, v.projected"
+)
+
+_SUMMARIES = """
+SELECT s.path, s.updated_at,
+       (SELECT count(*) FROM state_versions c WHERE c.state_id = s.id),
+       l.info, l.acquired_at, l.principal, v.resource_count,
+       v.number, v.serial, v.lineage, v.sha256, v.size, v.created_at, v.principal, v.projected
+FROM states s
+LEFT JOIN LATERAL (
+    SELECT * FROM state_versions WHERE state_id = s.id ORDER BY number DESC LIMIT 1
+) v ON true
+LEFT JOIN locks l ON l.state_id = s.id
+WHERE s.tenant_id = %(tenant)s
+"""
+
+# The rows arrive as three JSON arrays of objects (see _ProjectionDocuments);
+# WITH ORDINALITY numbers them in state order.
+_REPLACE_PROJECTION = """
+WITH
+dropped_resources AS (DELETE FROM resources WHERE state_id = %(state)s),
+dropped_dependencies AS (DELETE FROM resource_dependencies WHERE state_id = %(state)s),
+dropped_outputs AS (DELETE FROM outputs WHERE state_id = %(state)s),
+new_resources AS (
+    INSERT INTO resources (state_id, version_id, ordinal, address, module, mode, type, name,
+                           provider, index_key, deposed, attributes)
+    SELECT %(state)s, %(version)s, r.ordinal, r.address, r.module, r.mode, r.type, r.name,
+           r.provider, r.index_key, r.deposed, r.attributes
+    FROM ROWS FROM (jsonb_to_recordset(%(resources)s::jsonb) AS (
+        address text, module text, mode text, type text, name text, provider text,
+        index_key jsonb, deposed text, attributes jsonb
+    )) WITH ORDINALITY AS r (address, module, mode, type, name, provider, index_key,
+                             deposed, attributes, ordinal)
+),
+new_dependencies AS (
+    INSERT INTO resource_dependencies (state_id, version_id, ordinal, address, depends_on)
+    SELECT %(state)s, %(version)s, d.ordinal, d.address, d.depends_on
+    FROM ROWS FROM (jsonb_to_recordset(%(dependencies)s::jsonb) AS (
+        address text, depends_on text
+    )) WITH ORDINALITY AS d (address, depends_on, ordinal)
+)
+INSERT INTO outputs (state_id, version_id, ordinal, name, type, value, sensitive)
+SELECT %(state)s, %(version)s, o.ordinal, o.name, o.type::jsonb, o.value::jsonb, o.sensitive
+FROM ROWS FROM (jsonb_to_recordset(%(outputs)s::jsonb) AS (
+    name text, type text, value text, sensitive boolean
+)) WITH ORDINALITY AS o (name, type, value, sensitive, ordinal)
+"""
+
+_SELECT_RESOURCES = (
+    "SELECT address, module, mode, type, name, provider, index_key::text, deposed,"
+    " attributes::text FROM resources WHERE version_id = %s ORDER BY ordinal"
+)
+_SELECT_DEPENDENCIES = (
+    "SELECT address, depends_on FROM resource_dependencies WHERE version_id = %s ORDER BY ordinal"
+)
+_SELECT_OUTPUTS = (
+    "SELECT name, type::text, value::text, sensitive FROM outputs WHERE version_id = %s"
+    " ORDER BY ordinal"
+)
+
+_EVENT_COLUMNS = (
+    "seq, tenant_id, kind, state_path, principal, at, lock_id, serial, sha256, detail,"
+    " prev_hash, hash"
+)
+
+_APPEND_EVENT = """
+WITH appended AS (
+    INSERT INTO events (tenant_id, seq, kind, state_path, principal, at, lock_id, serial,
+                        sha256, detail, prev_hash, hash)
+    VALUES (%(tenant)s, %(seq)s, %(kind)s, %(path)s, %(principal)s, %(at)s, %(lock_id)s,
+            %(serial)s, %(sha256)s, %(detail)s, %(prev_hash)s, %(hash)s)
+    RETURNING tenant_id, seq, hash
+)
+UPDATE tenants SET chain_seq = appended.seq, chain_head = appended.hash
+FROM appended WHERE tenants.id = appended.tenant_id
+"""
+
+
+# ---------------------------------------------------------------------------
+# Rows <-> values
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.astimezone(UTC)
+
+
+def _version(row: Any) -> StateVersion:
+    number, serial, lineage, sha256, size, created_at, principal, projected = row
+    return StateVersion(number=number, serial=serial, lineage=lineage, sha256=sha256,
+                        size=size, created_at=_utc(created_at), principal=principal,
+                        projected=projected)
+
+
+def _held_lock(row: Any) -> HeldLock:
+    info, acquired_at, principal = row
+    return HeldLock(info=LockInfo.from_bytes(bytes(info)), acquired_at=_utc(acquired_at),
+                    principal=principal)
+
+
+def _event(row: Any) -> AuditEvent:
+    (seq, tenant, kind, state_path, principal, at, lock_id, serial, sha256, detail,
+     prev_hash, hash_) = row
+    return AuditEvent(seq=seq, tenant=tenant, kind=kind, state_path=state_path,
+                      principal=principal, at=_utc(at), lock_id=lock_id, serial=serial,
+                      sha256=sha256, detail=detail, prev_hash=prev_hash, hash=hash_)
+
+
+def _lock_detail(info: LockInfo) -> dict[str, Any]:
+    return {"who": info.who, "operation": info.operation}
+
+
+def _canonical_json(text: str | None) -> str | None:
+    """JSON text in the parser's form: compact, key-sorted, ASCII."""
+    if text is None:
+        return None
+    return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+
+
+def _projection_from_rows(resources: Any, dependencies: Any, outputs: Any) -> Projection:
+    return Projection(
+        resources=tuple(
+            ResourceRow(address=address, module=module, mode=mode, type=type_, name=name,
+                        provider=provider, index_key=_canonical_json(index_key),
+                        deposed=deposed, attributes=_canonical_json(attributes) or "{}")
+            for address, module, mode, type_, name, provider, index_key, deposed, attributes
+            in resources),
+        dependencies=tuple(DependencyRow(address=address, depends_on=depends_on)
+                           for address, depends_on in dependencies),
+        outputs=tuple(OutputRow(name=name, type=_canonical_json(type_),
+                                value=_canonical_json(value), sensitive=sensitive)
+                      for name, type_, value, sensitive in outputs),
+    )
+
+
+# PostgreSQL's jsonb refuses \u0000 and unpaired surrogate escapes, which a
+# state may hold inside attribute values (they are valid JSON).
+_JSONB_UNSAFE_ESCAPE = re.compile(r"\\u(0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
+_JSONB_UNSAFE_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
+def _jsonb_safe(text: str) -> str:
+    """C{text} (JSON) with NUL characters and unpaired surrogates replaced by
+    U+FFFD, as jsonb requires; unchanged (and fast) in the usual case."""
+    if _JSONB_UNSAFE_ESCAPE.search(text) is None:
+        return text
+    return json.dumps(_replace_unsafe_text(json.loads(text)), sort_keys=True,
+                      separators=(",", ":"))
+
+
+def _replace_unsafe_text(value: Any) -> Any:
+    if isinstance(value, str):
+        # A valid pair was already joined into one character by json.loads.
+        return _JSONB_UNSAFE_TEXT.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_replace_unsafe_text(item) for item in value]
+    if isinstance(value, dict):
+        return {_replace_unsafe_text(k): _replace_unsafe_text(v) for k, v in value.items()}
+    return value
+
+
+def _text(value: str | None) -> str:
+    return json.dumps(value)
+
+
+@define
+class _ProjectionDocuments:
+    """A projection as three JSON arrays of row objects, the parameters of
+    L{_REPLACE_PROJECTION}.  Attribute JSON is spliced in as it is (after
+    L{_jsonb_safe}), not parsed again."""
+
+    resources: str = "[]"
+    dependencies: str = "[]"
+    outputs: str = "[]"
+    resource_count: int = field(default=0)
+
+    @classmethod
+    def of(cls, projection: Projection | None) -> _ProjectionDocuments:
+        if projection is None:
+            return cls()
+        resources = ",".join(
+            '{"address":' + _text(row.address) + ',"module":' + _text(row.module)
+            + ',"mode":' + _text(row.mode) + ',"type":' + _text(row.type)
+            + ',"name":' + _text(row.name) + ',"provider":' + _text(row.provider)
+            + ',"index_key":' + (_jsonb_safe(row.index_key) if row.index_key is not None
+                                 else "null")
+            + ',"deposed":' + _text(row.deposed)
+            + ',"attributes":' + _jsonb_safe(row.attributes) + "}"
+            for row in projection.resources)
+        dependencies = json.dumps([{"address": row.address, "depends_on": row.depends_on}
+                                   for row in projection.dependencies])
+        outputs = json.dumps([
+            {"name": row.name,
+             "type": None if row.type is None else _jsonb_safe(row.type),
+             "value": None if row.value is None else _jsonb_safe(row.value),
+             "sensitive": row.sensitive}
+            for row in projection.outputs])
+        return cls(resources="[" + resources + "]", dependencies=dependencies, outputs=outputs,
+                   resource_count=len(projection.resources))
+
