@@ -52,6 +52,8 @@ class _State:
     updated_at: datetime
     versions: list[_StoredVersion] = field(factory=list)
     lock: HeldLock | None = None
+    #: (serial, sha256) of every version: how an identical replay is found.
+    written: dict[tuple[int, str], StateVersion] = field(factory=dict)
 
     @property
     def current(self) -> _StoredVersion | None:
@@ -103,9 +105,9 @@ class MemoryStateStore:
             now = self.clock()
             if state is None:
                 state = self._states[key] = _State(created_at=now, updated_at=now)
-            for stored in state.versions:
-                if stored.meta.serial == upload.parsed.serial and stored.meta.sha256 == upload.sha256:
-                    return WriteOutcome(version=stored.meta, created=False)
+            replayed = state.written.get((upload.parsed.serial, upload.sha256))
+            if replayed is not None:
+                return WriteOutcome(version=replayed, created=False)
             current = state.current
             if current is not None and current.meta.serial == upload.parsed.serial:
                 raise SerialConflict(upload.parsed.serial)
@@ -121,6 +123,7 @@ class MemoryStateStore:
                 projected=upload.parsed.projection is not None,
             )
             state.versions.append(_StoredVersion(meta, upload.raw, upload.parsed.projection))
+            state.written[(meta.serial, meta.sha256)] = meta
             state.updated_at = now
             self._append_event(key.tenant, STATE_WRITE, principal.name, key.path, now,
                                lock_id=lock_id, serial=meta.serial, sha256=meta.sha256,
