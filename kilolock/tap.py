@@ -13,6 +13,7 @@ from typing import Any
 from attrs import frozen
 from twisted.application.service import IService, MultiService, Service
 from twisted.application.strports import service as endpoint_service
+from twisted.internet.endpoints import serverFromString
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python import usage
@@ -75,6 +76,14 @@ class Settings:
             raise usage.UsageError("KL_AUTH_MODE=static needs KL_AUTH_TOKEN")
         if self.max_body_bytes <= 0:
             raise usage.UsageError("KL_MAX_BODY_BYTES must be a positive number of bytes")
+        try:
+            # Parse only (no reactor is touched): a bad endpoint string is a
+            # usage error, not a traceback out of makeService.
+            serverFromString(None, self.listen)
+        except (ValueError, TypeError, KeyError, OSError) as error:
+            raise usage.UsageError(
+                f"--listen {self.listen!r} is not a usable Twisted endpoint string: {error}"
+            ) from None
 
 
 class Options(usage.Options):
@@ -92,6 +101,11 @@ class Options(usage.Options):
         ["max-body-bytes", None, None,
          "largest request body accepted [KL_MAX_BODY_BYTES, default 268435456]"],
     ]
+
+    def postOptions(self) -> None:
+        # Check every setting now, so twistd reports a bad value as a usage
+        # error (exit 1, the message, no traceback) before it builds anything.
+        Settings.from_sources(self)
 
 
 class StoreService(Service):
