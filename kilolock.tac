@@ -1,6 +1,6 @@
 # twistd -ny kilolock.tac
 #
-# Configured entirely from KL_* environment variables (see docs/configuration.md),
+# Configured entirely from KL_* environment variables (see docs/running.md),
 # e.g. KL_STORE=memory KL_LISTEN=tcp:8080 twistd -ny kilolock.tac
 from twisted.application.service import Application
 

@@ -20,12 +20,12 @@ from twisted.cred.credentials import (
     IUsernamePassword,
     UsernamePassword,
 )
-from twisted.cred.error import UnauthorizedLogin
+from twisted.cred.error import LoginFailed, UnauthorizedLogin
 from twisted.cred.portal import IRealm, Portal
 from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import Attribute, Interface, implementer
 
-from kilolock.errors import BadRequest, Unauthorized
+from kilolock.errors import Unauthorized
 from kilolock.model import DEFAULT_TENANT, Principal
 
 AUTH_MODES = ("open", "static", "database")
@@ -47,6 +47,12 @@ class IPrincipal(Interface):
     """The avatar interface: a L{Principal}."""
 
 
+@implementer(ICredentials)
+class UnusableCredentials:
+    """An C{Authorization} header that is malformed or of an unsupported
+    scheme: only the C{open} mode, which ignores credentials, lets it in."""
+
+
 def credentials_from_header(header: bytes | None) -> ICredentials:
     """Credentials from an C{Authorization} header value (or its absence)."""
     if not header:
@@ -58,14 +64,14 @@ def credentials_from_header(header: bytes | None) -> ICredentials:
         try:
             decoded = base64.b64decode(value, validate=True)
         except ValueError:
-            raise BadRequest("malformed Basic credentials") from None
+            return UnusableCredentials()
         username, separator, password = decoded.partition(b":")
         if not separator:
-            raise BadRequest("malformed Basic credentials")
+            return UnusableCredentials()
         return UsernamePassword(username, password)
     if scheme == b"bearer" and value:
         return BearerToken(value)
-    raise Unauthorized("unsupported Authorization scheme; use Basic or Bearer")
+    return UnusableCredentials()
 
 
 def presented_secret(credentials: ICredentials) -> bytes | None:
@@ -80,7 +86,7 @@ def presented_secret(credentials: ICredentials) -> bytes | None:
 class OpenChecker:
     """C{KL_AUTH_MODE=open}: everyone is let in, as the default tenant."""
 
-    credentialInterfaces = (IAnonymous, IUsernamePassword, IBearerToken)
+    credentialInterfaces = (ICredentials,)
 
     def requestAvatarId(self, credentials: ICredentials) -> Deferred[Principal]:
         return succeed(Principal(tenant=DEFAULT_TENANT, name="anonymous"))
@@ -127,9 +133,7 @@ async def authenticate(portal: Portal, authorization: bytes | None) -> Principal
     credentials = credentials_from_header(authorization)
     try:
         _, principal, _ = await portal.login(credentials, None, IPrincipal)
-    except UnauthorizedLogin:
-        raise Unauthorized("missing or invalid credentials") from None
-    except NotImplementedError:  # no checker for these credentials
+    except LoginFailed:  # wrong, or no checker takes credentials of this kind
         raise Unauthorized("missing or invalid credentials") from None
     assert isinstance(principal, Principal)
     return principal

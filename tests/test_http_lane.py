@@ -534,7 +534,7 @@ def test_unknown_methods_are_405_with_allow(client: StubClient, method: str) -> 
     reply = client.request(method, STATE)
     assert reply.status == 405
     allowed = set(reply.header(b"allow").decode().split(", "))
-    assert allowed == {"DELETE", "GET", "LOCK", "POST", "PUT", "UNLOCK"}
+    assert allowed == {"DELETE", "GET", "HEAD", "LOCK", "POST", "PUT", "UNLOCK"}
     assert reply.error_code == "method_not_allowed"
 
 
@@ -618,10 +618,25 @@ def test_healthz_is_unauthenticated(static_client: StubClient) -> None:
     assert reply.json() == {"status": "ok"}
 
 
-def test_malformed_basic_credentials_are_400(static_client: StubClient) -> None:
-    """A Basic header that is not base64 user:password is a 400."""
-    reply = static_client.get(STATE, headers={"Authorization": "Basic %%%"})
-    assert reply.status == 400
+@pytest.mark.parametrize("header", ["Basic %%%", "Basic " + "dXNlcg==", "Bearer", "Digest x"],
+                         ids=["not-base64", "no-colon", "empty-bearer", "digest"])
+def test_malformed_credentials_are_401_with_challenge(static_client: StubClient,
+                                                      header: str) -> None:
+    """Malformed or unsupported credentials are wrong credentials: 401 + challenge."""
+    reply = static_client.get(STATE, headers={"Authorization": header})
+    assert reply.status == 401
+    assert reply.header(b"www-authenticate") == b'Basic realm="kilolock"'
+
+
+@pytest.mark.parametrize("header", ["Basic %%%", "Digest x", "Bearer anything"])
+def test_open_mode_ignores_credentials(client: StubClient, header: str) -> None:
+    """In open mode any Authorization header is ignored."""
+    assert client.post(STATE, state_body(1), headers={"Authorization": header}).status == 200
+
+
+def test_healthz_has_no_children(client: StubClient) -> None:
+    """/healthz/anything is a 404, not a second health endpoint."""
+    assert client.get("/healthz/anything").status == 404
 
 
 # -- unexpected failures ------------------------------------------------------

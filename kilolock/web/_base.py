@@ -90,7 +90,10 @@ class AsyncResource(Resource):
     cancel_on_disconnect: ClassVar[frozenset[bytes]] = frozenset({b"GET", b"HEAD"})
 
     def allowed_methods(self) -> list[bytes]:
-        return sorted(name[3:].encode() for name in dir(self) if name.startswith("do_"))
+        methods = {name[3:].encode() for name in dir(self) if name.startswith("do_")}
+        if b"GET" in methods:
+            methods.add(b"HEAD")
+        return sorted(methods)
 
     def render(self, request: Request) -> Any:
         method = request.method.upper()
