@@ -4,7 +4,9 @@ The server runs as ``python -m twisted kilolock ...`` with the interpreter of
 this test run (so it works in any virtualenv), listens on ``tcp:0`` on
 127.0.0.1 and the port is read from its own log line
 ("KilolockSite starting on PORT"): no free-port guessing, no race between
-parallel (xdist) workers.  Readiness is ``GET /healthz`` answering 200.  The
+parallel (xdist) workers.  A server may listen on another endpoint
+(``factory(listen="ssl:0:...", tls=context)``): with an C{ssl.SSLContext}
+the fixture's own requests use HTTPS.  Readiness is ``GET /healthz`` answering 200.  The
 server's log is a file in the test's tmp_path, attached to the report of a
 failing test.
 
@@ -26,6 +28,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -45,7 +48,7 @@ START_TIMEOUT = 30.0
 #: Seconds any one HTTP request from a test may take.
 REQUEST_TIMEOUT = 30.0
 
-_PORT_LINE = re.compile(rb"KilolockSite starting on (\d+)")
+_PORT_LINE = re.compile(rb"KilolockSite(?: \(TLS\))? starting on (\d+)")
 
 
 def poll_until(predicate: Callable[[], Any], timeout: float, what: str,
@@ -102,8 +105,10 @@ class KilolockServer:
     """One Kilolock server process and a small HTTP client for it."""
 
     def __init__(self, command: list[str], env: Mapping[str, str], cwd: Path,
-                 log_path: Path) -> None:
+                 log_path: Path, tls: ssl.SSLContext | None = None) -> None:
+        """C{tls}: the server speaks HTTPS; this context checks it."""
         self.command = command
+        self.tls = tls
         self.env = dict(env)
         self.cwd = cwd
         self.log_path = log_path
@@ -172,7 +177,8 @@ class KilolockServer:
     @property
     def base_url(self) -> str:
         assert self.port is not None, "the server is not started"
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def state_url(self, name: str) -> str:
         return f"{self.base_url}/v1/states/{name}"
@@ -186,7 +192,11 @@ class KilolockServer:
         if path.startswith("http"):
             parts = urlsplit(path)
             path = parts.path + (f"?{parts.query}" if parts.query else "")
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        connection = (
+            http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout,
+                                        context=self.tls)
+            if self.tls is not None
+            else http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout))
         try:
             connection.request(method, path, body=body, headers=dict(headers or {}))
             response = connection.getresponse()
@@ -208,7 +218,9 @@ class KilolockServer:
     def raw_exchange(self, data: bytes, timeout: float = REQUEST_TIMEOUT) -> bytes:
         """Send C{data} byte-for-byte on a new socket (it should ask for
         C{Connection: close}) and return everything the server answers."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as sock:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as plain:
+            sock = (self.tls.wrap_socket(plain, server_hostname="127.0.0.1")
+                    if self.tls is not None else plain)
             sock.sendall(data)
             chunks = []
             while True:
@@ -219,15 +231,21 @@ class KilolockServer:
         return b"".join(chunks)
 
 
+#: Where test servers listen unless told otherwise.
+DEFAULT_LISTEN = "tcp:0:interface=127.0.0.1"
+
+
 def _launch(request: pytest.FixtureRequest, tmp_path: Path, launch: StoreLaunch,
             env: Mapping[str, str] | None, args: tuple[str, ...],
-            index: int) -> KilolockServer:
+            index: int, listen: str = DEFAULT_LISTEN,
+            tls: ssl.SSLContext | None = None) -> KilolockServer:
     directory = tmp_path / f"kilolock-server-{index}"
     server = KilolockServer(
-        server_command("--listen", "tcp:0:interface=127.0.0.1", *launch.args, *args),
+        server_command("--listen", listen, *launch.args, *args),
         clean_environment({**launch.env, **(env or {})}),
         cwd=directory,
         log_path=directory / "server.log",
+        tls=tls,
     )
     servers: list[KilolockServer] = request.node.__dict__.setdefault("kilolock_servers", [])
     servers.append(server)
@@ -248,12 +266,16 @@ ServerFactory = Callable[..., KilolockServer]
 def kilolock_server_factory(request: pytest.FixtureRequest, tmp_path: Path,
                             server_store: StoreLaunch) -> Iterator[ServerFactory]:
     """Start servers with C{factory(env={...}, args=(...))}; all of them are
-    stopped when the test ends."""
+    stopped when the test ends.  C{listen} (an endpoint string with port 0
+    on 127.0.0.1) and C{tls} (an C{ssl.SSLContext} for an C{ssl:} endpoint)
+    change where the server listens."""
     started: list[KilolockServer] = []
 
     def factory(env: Mapping[str, str] | None = None,
-                args: tuple[str, ...] = ()) -> KilolockServer:
-        server = _launch(request, tmp_path, server_store, env, args, len(started))
+                args: tuple[str, ...] = (), listen: str = DEFAULT_LISTEN,
+                tls: ssl.SSLContext | None = None) -> KilolockServer:
+        server = _launch(request, tmp_path, server_store, env, args, len(started),
+                         listen, tls)
         started.append(server)
         return server
 
