@@ -18,9 +18,13 @@ fixtures, never at module level.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg2
@@ -34,16 +38,33 @@ from kilolock.store.schema import ensure_schema_blocking
 TEMPLATE_DATABASE = "kilolock_test_template"
 
 
-@pytest.fixture(scope="session")
-def embedded_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
-    """The session's embedded PostgreSQL (started on first use)."""
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("embedded-postgres"),
-                              database="kilolock")
-    server.start_blocking()
+@contextlib.contextmanager
+def embedded_postgres_in_temporary_directory() -> Iterator[EmbeddedPostgres]:
+    """An embedded PostgreSQL (not started) in a new directory, stopped and
+    removed afterwards.
+
+    Not under pytest's C{tmp_path}: pytest resets C{/tmp/pytest-of-<user>}
+    to mode 0700 whenever any pytest session starts, which locks the
+    cluster's owner (C{embedded_postgres} when running as root) out of its
+    own directory.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="kilolock-test-pg-"))
+    server = EmbeddedPostgres(directory / "data")
     try:
         yield server
     finally:
-        server.stop_blocking()
+        try:
+            server.stop_blocking()
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def embedded_postgres() -> Iterator[EmbeddedPostgres]:
+    """The session's embedded PostgreSQL (started on first use)."""
+    with embedded_postgres_in_temporary_directory() as server:
+        server.start_blocking()
+        yield server
 
 
 @pytest.fixture(scope="session")

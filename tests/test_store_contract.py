@@ -14,7 +14,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,8 @@ import psutil
 import psycopg2
 import pytest
 import pytest_twisted
+from fixtures_postgres import embedded_postgres_in_temporary_directory
+from stub_client import lock_body, state_body
 from twisted.internet.defer import Deferred, DeferredList, gatherResults
 from zope.interface.verify import verifyObject
 
@@ -49,7 +51,6 @@ from kilolock.model import (
 )
 from kilolock.store.memory import MemoryStateStore
 from kilolock.tfstate import parse_state
-from stub_client import lock_body, state_body
 
 DATA = Path(__file__).parent / "data" / "states"
 ALICE = Principal(DEFAULT_TENANT, "alice")
@@ -840,15 +841,13 @@ async def test_migrate_command_and_newer_schema(blank_postgres_dsn: str) -> None
 
 
 @pytest.fixture
-def private_postgres(tmp_path: Path) -> Any:
-    """An embedded PostgreSQL of this test's own, which it may stop and restart."""
-    from kilolock.store.embedded import EmbeddedPostgres
-
+def private_postgres() -> Iterator[Any]:
+    """An embedded PostgreSQL of this test's own (not started), which it may
+    stop and restart."""
     if os.environ.get("KL_TEST_POSTGRES_URL"):
         pytest.skip("stops and restarts an embedded PostgreSQL; not with an external server")
-    server = EmbeddedPostgres(tmp_path / "data")
-    yield server
-    server.stop_blocking()
+    with embedded_postgres_in_temporary_directory() as server:
+        yield server
 
 
 def postmaster_pid(server: Any) -> int | None:
@@ -891,12 +890,23 @@ async def test_embedded_server_stops_with_the_store_and_keeps_data(
     assert pid is not None
     await write(store, state_body(3))
     await store.stop()
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    again = postgres_store_from_settings(settings, reactor)
-    again._embedded = private_postgres
-    await again.start()
-    assert await again.read_current(KEY) == state_body(3)
-    await again.stop()
+    assert not running(pid)
+    await failure_of(store.read_current(KEY), ServiceUnavailable)
+    await store.start()
+    assert await store.read_current(KEY) == state_body(3)
+    pid = postmaster_pid(private_postgres)
+    await store.stop()
+    assert not running(pid)
+
+
+def running(pid: int | None) -> bool:
+    """Whether process C{pid} runs (a zombie waiting for its parent does not)."""
+    if pid is None or not psutil.pid_exists(pid):
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest_twisted.ensureDeferred

