@@ -331,6 +331,8 @@ def _check_segment(name: str, path: str) -> None:
     from kilolock.web.paths import validate_segment
 
     try:
+        # The name alone (valid in every namespace), then with its namespace.
+        validate_segment(name.encode("utf-8"))
         validate_segment(path.encode("utf-8"))
     except InvalidPath as error:
         raise ValueError(f"state name {name!r}: {error.message}") from None

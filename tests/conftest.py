@@ -5,4 +5,5 @@ from __future__ import annotations
 pytest_plugins = [
     "fixtures_postgres",
     "fixtures_server",
+    "pytester",
 ]
