@@ -46,6 +46,7 @@ pytest; the server starts the first time a test asks for a fixture, and stops
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -153,10 +154,8 @@ class ServerProcess:
         """Close the call pipe (the server then stops); kill it if it lingers."""
         process = self.process
         if process.stdin is not None and not process.stdin.closed:
-            try:
+            with contextlib.suppress(OSError):
                 process.stdin.close()
-            except OSError:
-                pass
         try:
             process.wait(STOP_TIMEOUT)
         except subprocess.TimeoutExpired:

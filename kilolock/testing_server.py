@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from kilolock.model import DEFAULT_TENANT, StateKey, rfc3339
@@ -46,7 +46,7 @@ class Inspector:
         self.store = store
         self.port = port
 
-    def operations(self) -> dict[str, Callable[..., Awaitable[Any]]]:
+    def operations(self) -> dict[str, Callable[..., Coroutine[Any, Any, Any]]]:
         return {
             "ping": self.ping,
             "state": self.state,
@@ -134,9 +134,9 @@ def main() -> int:
     protocol_fd = os.dup(1)
     os.dup2(2, 1)
 
-    from twisted.internet import reactor
+    from twisted.internet import reactor as global_reactor
+    from twisted.internet import stdio
     from twisted.internet.defer import ensureDeferred
-    from twisted.internet.stdio import StandardIO
     from twisted.logger import Logger, globalLogBeginner, textFileLogObserver
     from twisted.protocols.basic import LineReceiver
 
@@ -147,10 +147,11 @@ def main() -> int:
     globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)],
                                      redirectStandardIO=False)
     log = Logger(namespace="kilolock.testing_server")
+    reactor: Any = global_reactor
 
     store = MemoryStateStore()
     site = KilolockSite(build_root(store, build_portal(OpenChecker()), reactor))
-    port = reactor.listenTCP(0, site, interface="127.0.0.1")  # type: ignore[attr-defined]
+    port = reactor.listenTCP(0, site, interface="127.0.0.1")
     inspector = Inspector(store, port.getHost().port)
     operations = inspector.operations()
 
@@ -162,13 +163,14 @@ def main() -> int:
             self.answer({"ready": {"port": inspector.port, "pid": os.getpid()}})
 
         def answer(self, message: dict[str, Any]) -> None:
+            assert self.transport is not None
             self.transport.write(json.dumps(message).encode("utf-8") + b"\n")
 
         def lineReceived(self, line: bytes) -> None:
             try:
                 call = json.loads(line)
                 operation = operations[call["op"]]
-                done = ensureDeferred(operation(**call.get("args", {})))
+                done: Any = ensureDeferred(operation(**call.get("args", {})))
             except Exception as error:
                 self.answer({"error": f"{type(error).__name__}: {error}"})
                 return
@@ -183,12 +185,13 @@ def main() -> int:
 
         def connectionLost(self, reason: Any = None) -> None:
             log.info("the test session closed the call channel; stopping")
-            if reactor.running:  # type: ignore[attr-defined]
-                reactor.stop()  # type: ignore[attr-defined]
+            if reactor.running:
+                reactor.stop()
 
     log.info("kilolock test server on http://127.0.0.1:{port}", port=inspector.port)
-    StandardIO(CallChannel(), stdin=0, stdout=protocol_fd)
-    reactor.run()  # type: ignore[attr-defined]
+    standard_io: Any = stdio.StandardIO  # POSIX: takes the two descriptors
+    standard_io(CallChannel(), stdin=0, stdout=protocol_fd)
+    reactor.run()
     return 0
 
 

