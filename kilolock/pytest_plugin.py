@@ -54,6 +54,7 @@ import re
 import select
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Iterator
@@ -207,11 +208,15 @@ class ServerProcess:
 
 def _child_environment() -> dict[str, str]:
     """This environment, with the directory this C{kilolock} was imported from
-    first on the child's path: the child runs the same code as this process."""
+    (a source checkout, e.g. when pytest runs from one) first on the child's
+    path, so the child runs the same code as this process.  An installed
+    C{kilolock} needs nothing: the child finds it where this process did."""
     env = dict(os.environ)
-    source_root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(
-        part for part in (source_root, env.get("PYTHONPATH")) if part)
+    source_root = Path(__file__).resolve().parent.parent
+    installed = {Path(sysconfig.get_path(name)).resolve() for name in ("purelib", "platlib")}
+    if source_root not in installed:
+        env["PYTHONPATH"] = os.pathsep.join(
+            part for part in (str(source_root), env.get("PYTHONPATH")) if part)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
