@@ -132,11 +132,13 @@ class Nginx:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def logs(self) -> str:
+    def logs(self, lines: int = 40) -> str:
+        """The last C{lines} lines of nginx's output and error log."""
         parts = []
         for path in (self.directory / "nginx.out", self.error_log):
             if path.exists():
-                parts.append(f"--- {path.name} ---\n{path.read_text(errors='replace')}")
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                parts.append(f"--- {path.name} (last {lines} lines) ---\n" + "\n".join(tail))
         return "\n".join(parts)
 
     def start(self) -> Nginx:
@@ -168,7 +170,7 @@ class Nginx:
     def _answering(self) -> bool:
         assert self.process is not None and self.port is not None
         if self.process.poll() is not None:
-            if "Address already in use" in self.logs():
+            if "Address already in use" in self.logs(lines=1000):
                 raise _PortTaken()
             raise AssertionError(f"nginx exited with {self.process.returncode}")
         try:
@@ -486,7 +488,10 @@ def test_body_over_the_limit_is_refused_by_nginx_with_json(
     assert status == 413
     assert content_type == "application/json"
     assert json.loads(body)["error"]["code"] == "payload_too_large"
-    assert nginx.accessed("/v1/states/huge") == [("POST", "/v1/states/huge", 413)]
+    # nginx logs the request once it has given up on the unsent body.
+    logged = poll_until(lambda: nginx.accessed("/v1/states/huge"), 10.0,
+                        "nginx to log the refused request")
+    assert logged == [("POST", "/v1/states/huge", 413)]
     assert "/v1/states/huge" not in kilolock_server.log_text()
 
 
