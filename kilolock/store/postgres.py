@@ -30,15 +30,23 @@ parameters or the connection string.
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg2
 from attrs import define, evolve, field
-from psycopg2.extensions import TransactionRollbackError, make_dsn, parse_dsn
+from psycopg2.extensions import (
+    ISQLQuote,
+    TransactionRollbackError,
+    make_dsn,
+    new_type,
+    parse_dsn,
+    register_type,
+)
 from twisted.internet.defer import (
     CancelledError,
     Deferred,
@@ -136,6 +144,12 @@ _UNREACHABLE = (
 _LIBPQ_CONNECTION_OK = 0
 
 
+#: bytea values come back as their hex text ("\\x..."), decoded by
+#: L{_bytes_from_hex}, in a thread when large, instead of by psycopg2 on the
+#: reactor thread.
+_BYTEA_AS_HEX = new_type((17,), "KILOLOCK_BYTEA_AS_HEX", lambda value, cursor: value)
+
+
 class _ConnectTimeout(Exception):
     """Opening a connection took longer than the connect timeout."""
 
@@ -155,7 +169,7 @@ def connection_string(database_url: str, *, statement_timeout: float = STATEMENT
         raise ValueError("the database URL is not a valid PostgreSQL connection string") from None
     settings = (
         f"-c statement_timeout={int(statement_timeout * 1000)}"
-        " -c timezone=UTC -c standard_conforming_strings=on"
+        " -c timezone=UTC -c standard_conforming_strings=on -c bytea_output=hex"
     )
     params["options"] = f"{params.get('options', '')} {settings}".strip()
     params.setdefault("connect_timeout", str(max(1, round(connect_timeout))))
@@ -171,7 +185,7 @@ def connection_string(database_url: str, *, statement_timeout: float = STATEMENT
 # The pool: reconnecting connections, bounded connects, retirement
 
 
-class _ReconnectingDetector(DeadConnectionDetector):
+class _ReconnectingDetector(DeadConnectionDetector):  # type: ignore[misc]
     """A txpostgres dead-connection detector that reconnects with a short
     backoff (at most 3 s between attempts) and can be retired with its pool.
 
@@ -233,7 +247,7 @@ def _session_usable(raw: Any) -> bool:
         return False
 
 
-class _PooledConnection(Connection):
+class _PooledConnection(Connection):  # type: ignore[misc]
     """A txpostgres connection whose connect attempt is abandoned after
     C{connect_timeout} seconds (libpq ignores C{connect_timeout} in
     asynchronous mode) and which can be closed in any state."""
@@ -243,6 +257,7 @@ class _PooledConnection(Connection):
 
     def connect(self, *args: Any, **kwargs: Any) -> Deferred[Any]:
         attempt: Deferred[Any] = super().connect(*args, **kwargs)
+        attempt.addCallback(self._connected)
         if attempt.called:
             return attempt
         timer = self.reactor.callLater(self.connect_timeout, self._abandon_connect)
@@ -252,9 +267,15 @@ class _PooledConnection(Connection):
                 timer.cancel()
                 return result
             # The timer fired and closed the connection: say why it failed.
-            return Failure(_ConnectTimeout()) if isinstance(result, Failure) else result
+            if isinstance(result, Failure):
+                return Failure(_ConnectTimeout())  # type: ignore[no-untyped-call]
+            return result
 
         return attempt.addBoth(stop_timer)
+
+    def _connected(self, result: Any) -> Any:
+        register_type(_BYTEA_AS_HEX, self._connection)
+        return result
 
     def _abandon_connect(self) -> None:
         self.close()
@@ -270,15 +291,17 @@ class _PooledConnection(Connection):
         running.addCallback(interaction, *args, **kwargs)
 
         def commit(result: Any) -> Deferred[Any]:
-            return cursor.execute("commit").addCallback(lambda _: result)
+            committing: Deferred[Any] = cursor.execute("commit")
+            return committing.addCallback(lambda _: result)
 
         def roll_back(failure: Failure) -> Deferred[Any]:
             rolling_back: Deferred[Any] = maybeDeferred(cursor.execute, "rollback")
 
             def rollback_failed(rollback_failure: Failure) -> Failure:
                 if _session_usable(self._connection):
-                    log.warn("a rollback failed: {kind}", kind=rollback_failure.type.__name__)
-                return Failure(RollbackFailed(self, failure))
+                    log.warn("a rollback failed: {kind}",
+                             kind=type(rollback_failure.value).__name__)
+                return Failure(RollbackFailed(self, failure))  # type: ignore[no-untyped-call]
 
             rolling_back.addCallbacks(lambda _: failure, rollback_failed)
             return rolling_back
@@ -294,7 +317,7 @@ class _PooledConnection(Connection):
         try:
             super().doRead()
         except psycopg2.Error as error:
-            return error
+            return cast(Exception, error)
         return None
 
     def close(self) -> None:
@@ -403,6 +426,7 @@ class PostgresStateStore:
         self.reachable = False
         self._outage_logged = False
         self.schema_upgrade: tuple[int, int] | None = None
+        self._utf8_database = False
 
     @classmethod
     def embedded(cls, server: EmbeddedPostgres, reactor: Any,
@@ -483,19 +507,20 @@ class PostgresStateStore:
                 raise ServiceUnavailable(retry_after=RETRY_AFTER) from None
             self._dsn = connection_string(dsn, statement_timeout=self._statement_timeout,
                                           connect_timeout=self._connect_timeout)
+        assert self._dsn is not None
         pool = _ResilientPool(self._reactor, self._dsn, self._pool_size, self._connect_timeout)
         try:
             try:
                 await pool.start()
             except FirstError as first:
                 first.subFailure.raiseException()
-            if self.schema_upgrade is None:
-                self.schema_upgrade = await self._bounded(
-                    pool, lambda cursor: ensureDeferred(ensure_schema(cursor)))
-                found, now = self.schema_upgrade
-                if found != now:
-                    log.info("database schema upgraded from version {found} to {now}",
-                             found=found, now=now)
+            (found, now), encoding = await self._bounded(
+                pool, lambda cursor: ensureDeferred(_prepare_database_txn(cursor)))
+            self.schema_upgrade = (found, now)
+            self._utf8_database = encoding.upper() in ("UTF8", "UNICODE")
+            if found != now:
+                log.info("database schema upgraded from version {found} to {now}",
+                         found=found, now=now)
         except Exception as error:
             pool.retire()
             self._pool_failed_at = self._reactor.seconds()
@@ -525,7 +550,7 @@ class PostgresStateStore:
 
     # -- running transactions ---------------------------------------------
 
-    def _transaction(self, txn: Callable[..., Awaitable[T]], *args: Any) -> Deferred[T]:
+    def _transaction(self, txn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> Deferred[T]:
         """Run C{txn(cursor, *args)} as one transaction.
 
         @return: a Deferred firing with its result; database unavailability
@@ -543,7 +568,7 @@ class PostgresStateStore:
 
         return ensureDeferred(self._run_transaction(txn, args)).addBoth(finished)
 
-    async def _run_transaction(self, txn: Callable[..., Awaitable[T]],
+    async def _run_transaction(self, txn: Callable[..., Coroutine[Any, Any, T]],
                                args: tuple[Any, ...]) -> T:
         if self._stopped:
             raise ServiceUnavailable("the state store is stopped", retry_after=RETRY_AFTER)
@@ -621,15 +646,30 @@ class PostgresStateStore:
     def read_current(self, key: StateKey) -> Deferred[bytes | None]:
         """@return: a Deferred firing with the current version's exact bytes,
         or None when the state has no version."""
-        return self._transaction(self._read_current_txn, key)
+        return self._state_bytes(self._read_current_txn, key)
 
-    async def _read_current_txn(self, cursor: Any, key: StateKey) -> bytes | None:
+    async def _read_current_txn(self, cursor: Any, key: StateKey) -> str | None:
         await cursor.execute(
             "SELECT v.raw_state FROM state_versions v JOIN states s ON s.id = v.state_id"
             " WHERE s.tenant_id = %s AND s.path = %s ORDER BY v.number DESC LIMIT 1",
             (key.tenant, key.path))
         row = cursor.fetchone()
-        return None if row is None else bytes(row[0])
+        return None if row is None else str(row[0])
+
+    def _state_bytes(self, txn: Callable[..., Coroutine[Any, Any, str | None]],
+                     *args: Any) -> Deferred[bytes | None]:
+        """Run C{txn}, which selects one bytea as hex text, and decode it (in a
+        thread when it is large).  @return: a Deferred firing with the bytes."""
+
+        async def read() -> bytes | None:
+            hex_text = await self._transaction(txn, *args)
+            if hex_text is None:
+                return None
+            if len(hex_text) >= 2 * LARGE_UPLOAD_BYTES:
+                return await self._in_thread(_bytes_from_hex, hex_text)
+            return _bytes_from_hex(hex_text)
+
+        return ensureDeferred(read())
 
     def write_state(self, key: StateKey, upload: StateUpload, lock_id: str | None,
                     principal: Principal) -> Deferred[WriteOutcome]:
@@ -640,18 +680,20 @@ class PostgresStateStore:
         """
 
         async def write() -> WriteOutcome:
+            await self._ready_pool()  # learns whether the database is UTF-8
             if len(upload.raw) >= LARGE_UPLOAD_BYTES:
-                rows = await self._in_thread(_ProjectionDocuments.of, upload.parsed.projection)
+                prepared = await self._in_thread(_WriteParameters.of, upload,
+                                                 self._utf8_database)
             else:
-                rows = _ProjectionDocuments.of(upload.parsed.projection)
+                prepared = _WriteParameters.of(upload, self._utf8_database)
             return await self._transaction(self._write_txn, key, upload, lock_id,
-                                           principal, rows)
+                                           principal, prepared)
 
         return ensureDeferred(write())
 
     async def _write_txn(self, cursor: Any, key: StateKey, upload: StateUpload,
                          lock_id: str | None, principal: Principal,
-                         rows: _ProjectionDocuments) -> WriteOutcome:
+                         prepared: _WriteParameters) -> WriteOutcome:
         now = self.clock()
         state_id = await self._lock_state_row_txn(cursor, key, now, create=True)
         assert state_id is not None
@@ -674,9 +716,8 @@ class PostgresStateStore:
             principal=principal.name,
             projected=upload.parsed.projection is not None,
         )
-        version_id = await self._insert_version_txn(cursor, state_id, version, upload.raw,
-                                                    rows.resource_count)
-        await self._replace_projection_txn(cursor, state_id, version_id, rows)
+        version_id = await self._insert_version_txn(cursor, state_id, version, prepared)
+        await self._replace_projection_txn(cursor, state_id, version_id, prepared)
         await self._append_event_txn(cursor, key.tenant, STATE_WRITE, principal.name, key.path,
                                      now, lock_id=lock_id, serial=serial, sha256=upload.sha256,
                                      detail={"version": version.number, "size": version.size})
@@ -741,7 +782,7 @@ class PostgresStateStore:
             elif row[1] is not None:
                 if row[1] == info.id:
                     return False
-                raise LockConflict(bytes(row[2]), status=423)
+                raise LockConflict(_bytes_from_hex(row[2]), status=423)
         raise ServiceUnavailable("the lock kept changing hands; retry", retry_after=1)
 
     def release_lock(self, key: StateKey, lock_id: str | None,
@@ -838,15 +879,15 @@ class PostgresStateStore:
     def read_version(self, key: StateKey, number: int) -> Deferred[bytes | None]:
         """@return: a Deferred firing with the bytes of version C{number}, or
         None when the state has no such version."""
-        return self._transaction(self._read_version_txn, key, number)
+        return self._state_bytes(self._read_version_txn, key, number)
 
-    async def _read_version_txn(self, cursor: Any, key: StateKey, number: int) -> bytes | None:
+    async def _read_version_txn(self, cursor: Any, key: StateKey, number: int) -> str | None:
         await cursor.execute(
             "SELECT v.raw_state FROM state_versions v JOIN states s ON s.id = v.state_id"
             " WHERE s.tenant_id = %s AND s.path = %s AND v.number = %s",
             (key.tenant, key.path, number))
         row = cursor.fetchone()
-        return None if row is None else bytes(row[0])
+        return None if row is None else str(row[0])
 
     def get_projection(self, key: StateKey) -> Deferred[Projection | None]:
         """@return: a Deferred firing with the L{Projection} of the current
@@ -956,9 +997,9 @@ class PostgresStateStore:
             if held is None:
                 raise LockNotHeld()
             if held[0] != lock_id:
-                raise LockConflict(bytes(held[1]), status=423)
+                raise LockConflict(_bytes_from_hex(held[1]), status=423)
         elif held is not None:
-            raise LockConflict(bytes(held[1]), status=423)
+            raise LockConflict(_bytes_from_hex(held[1]), status=423)
 
     async def _versions_with_serial_or_current_txn(self, cursor: Any, state_id: int,
                                                    serial: int) -> list[StateVersion]:
@@ -973,7 +1014,7 @@ class PostgresStateStore:
         return [_version(row) for row in cursor.fetchall()]
 
     async def _insert_version_txn(self, cursor: Any, state_id: int, version: StateVersion,
-                                  raw: bytes, resource_count: int) -> int:
+                                  prepared: _WriteParameters) -> int:
         await cursor.execute(
             "WITH touched AS (UPDATE states SET updated_at = %(now)s WHERE id = %(state)s)"
             " INSERT INTO state_versions (state_id, number, serial, lineage, sha256, size,"
@@ -982,19 +1023,19 @@ class PostgresStateStore:
             " %(raw)s, %(now)s, %(principal)s, %(projected)s, %(resources)s) RETURNING id",
             {"state": state_id, "number": version.number, "serial": version.serial,
              "lineage": version.lineage, "sha256": version.sha256, "size": version.size,
-             "raw": psycopg2.Binary(raw), "now": version.created_at,
+             "raw": prepared.raw_state, "now": version.created_at,
              "principal": version.principal, "projected": version.projected,
-             "resources": resource_count})
+             "resources": prepared.resource_count})
         (version_id,) = cursor.fetchone()
         return int(version_id)
 
     async def _replace_projection_txn(self, cursor: Any, state_id: int, version_id: int,
-                                      rows: _ProjectionDocuments) -> None:
+                                      prepared: _WriteParameters) -> None:
         """Delete the previous version's projection rows and insert the new
         ones: one statement, one bulk insert per table."""
         await cursor.execute(_REPLACE_PROJECTION, {
-            "state": state_id, "version": version_id, "resources": rows.resources,
-            "dependencies": rows.dependencies, "outputs": rows.outputs,
+            "state": state_id, "version": version_id, "resources": prepared.resources,
+            "dependencies": prepared.dependencies, "outputs": prepared.outputs,
         })
 
     async def _append_event_txn(self, cursor: Any, tenant: str, kind: str, principal: str,
@@ -1030,6 +1071,16 @@ class PostgresStateStore:
             "hash": event.hash,
         })
         return event
+
+
+async def _prepare_database_txn(cursor: Any) -> tuple[tuple[int, int], str]:
+    """Bring the schema up to date and read the server encoding.
+
+    @return: ((schema version found, version now), server encoding)."""
+    upgrade = await ensure_schema(cursor)
+    await cursor.execute("SHOW server_encoding")
+    (encoding,) = cursor.fetchone()
+    return upgrade, str(encoding)
 
 
 def postgres_store_from_settings(settings: Any, reactor: Any) -> PostgresStateStore:
@@ -1074,7 +1125,7 @@ LEFT JOIN locks l ON l.state_id = s.id
 WHERE s.tenant_id = %(tenant)s
 """
 
-# The rows arrive as three JSON arrays of objects (see _ProjectionDocuments);
+# The rows arrive as three JSON arrays of objects (see _WriteParameters);
 # WITH ORDINALITY numbers them in state order.
 _REPLACE_PROJECTION = """
 WITH
@@ -1140,6 +1191,15 @@ FROM appended WHERE tenants.id = appended.tenant_id
 # Rows <-> values
 
 
+def _bytes_from_hex(hex_text: str) -> bytes:
+    """Decode a bytea's hex text (C{\\x} and two digits a byte), a few MB at
+    a time so that a decoding thread releases the GIL often."""
+    if not hex_text.startswith("\\x"):
+        raise ValueError("expected bytea in hex format")
+    return b"".join(bytes.fromhex(hex_text[start:start + 2 * _QUOTING_CHUNK])
+                    for start in range(2, len(hex_text), 2 * _QUOTING_CHUNK))
+
+
 def _utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
 
@@ -1153,7 +1213,8 @@ def _version(row: Any) -> StateVersion:
 
 def _held_lock(row: Any) -> HeldLock:
     info, acquired_at, principal = row
-    return HeldLock(info=LockInfo.from_bytes(bytes(info)), acquired_at=_utc(acquired_at),
+    return HeldLock(info=LockInfo.from_bytes(_bytes_from_hex(info)),
+                    acquired_at=_utc(acquired_at),
                     principal=principal)
 
 
@@ -1218,34 +1279,96 @@ def _replace_unsafe_text(value: Any) -> Any:
     return value
 
 
+class _SQLLiteral:
+    """A query parameter already quoted as SQL, which psycopg2 splices in as
+    it is.  Big values are quoted in a thread, so the reactor thread does not
+    spend a second escaping a 100 MB state."""
+
+    def __init__(self, quoted: bytes) -> None:
+        self.quoted = quoted
+
+    def __conform__(self, protocol: Any) -> _SQLLiteral | None:
+        return self if protocol is ISQLQuote else None
+
+    def getquoted(self) -> bytes:
+        return self.quoted
+
+
+#: Bytes quoted per step, so that a quoting thread releases the GIL often.
+_QUOTING_CHUNK = 1 << 22
+
+
+def _bytea_expression(raw: bytes, as_text: bool) -> _SQLLiteral:
+    """C{raw} as an SQL expression of type bytea.
+
+    With C{as_text} (a UTF-8 database), UTF-8 without NUL (every state body:
+    it is JSON) travels as a text literal through C{convert_to}, half the
+    size of hex and about twice as fast for the server to read; the session
+    has standard_conforming_strings on, so only quotes need doubling (byte
+    0x27 never occurs inside a UTF-8 multi-byte sequence).  Anything else
+    travels as hex.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    parts = [b"convert_to('"]
+    try:
+        if not as_text:
+            raise ValueError("hex")
+        for start in range(0, len(raw), _QUOTING_CHUNK):
+            chunk = raw[start:start + _QUOTING_CHUNK]
+            if b"\x00" in chunk:
+                raise ValueError("NUL")
+            decoder.decode(chunk)
+            parts.append(chunk.replace(b"'", b"''"))
+        decoder.decode(b"", final=True)
+    except ValueError:  # UnicodeDecodeError included
+        hex_parts = [raw[start:start + _QUOTING_CHUNK].hex().encode()
+                     for start in range(0, len(raw), _QUOTING_CHUNK)]
+        return _SQLLiteral(b"'\\x" + b"".join(hex_parts) + b"'::bytea")
+    parts.append(b"', 'UTF8')")
+    return _SQLLiteral(b"".join(parts))
+
+
+def _text_literal(parts: Iterable[str]) -> _SQLLiteral:
+    """The concatenation of C{parts} (text without NUL, such as JSON) as an
+    SQL string literal, quoted part by part."""
+    quoted = [b"'"]
+    quoted.extend(part.replace("'", "''").encode("utf-8") for part in parts)
+    quoted.append(b"'")
+    return _SQLLiteral(b"".join(quoted))
+
+
 def _text(value: str | None) -> str:
     return json.dumps(value)
 
 
 @define
-class _ProjectionDocuments:
-    """A projection as three JSON arrays of row objects, the parameters of
-    L{_REPLACE_PROJECTION}.  Attribute JSON is spliced in as it is (after
-    L{_jsonb_safe}), not parsed again."""
+class _WriteParameters:
+    """What a write sends besides small values: the state as a bytea
+    expression and the projection as three JSON arrays of row objects (the
+    parameters of L{_REPLACE_PROJECTION}), all pre-quoted.  Attribute JSON is
+    spliced in as it is (after L{_jsonb_safe}), never parsed again."""
 
-    resources: str = "[]"
-    dependencies: str = "[]"
-    outputs: str = "[]"
+    raw_state: _SQLLiteral
+    resources: _SQLLiteral
+    dependencies: _SQLLiteral
+    outputs: _SQLLiteral
     resource_count: int = field(default=0)
 
     @classmethod
-    def of(cls, projection: Projection | None) -> _ProjectionDocuments:
-        if projection is None:
-            return cls()
-        resources = ",".join(
-            '{"address":' + _text(row.address) + ',"module":' + _text(row.module)
+    def of(cls, upload: StateUpload, utf8_database: bool) -> _WriteParameters:
+        """Quote C{upload}; C{utf8_database}: the server encoding is UTF-8
+        (else the state travels as hex)."""
+        projection = upload.parsed.projection or Projection()
+        resources = [
+            ("{" if index == 0 else ",{")
+            + '"address":' + _text(row.address) + ',"module":' + _text(row.module)
             + ',"mode":' + _text(row.mode) + ',"type":' + _text(row.type)
             + ',"name":' + _text(row.name) + ',"provider":' + _text(row.provider)
             + ',"index_key":' + (_jsonb_safe(row.index_key) if row.index_key is not None
                                  else "null")
             + ',"deposed":' + _text(row.deposed)
             + ',"attributes":' + _jsonb_safe(row.attributes) + "}"
-            for row in projection.resources)
+            for index, row in enumerate(projection.resources)]
         dependencies = json.dumps([{"address": row.address, "depends_on": row.depends_on}
                                    for row in projection.dependencies])
         outputs = json.dumps([
@@ -1254,6 +1377,10 @@ class _ProjectionDocuments:
              "value": None if row.value is None else _jsonb_safe(row.value),
              "sensitive": row.sensitive}
             for row in projection.outputs])
-        return cls(resources="[" + resources + "]", dependencies=dependencies, outputs=outputs,
-                   resource_count=len(projection.resources))
-
+        return cls(
+            raw_state=_bytea_expression(upload.raw, as_text=utf8_database),
+            resources=_text_literal(["[", *resources, "]"]),
+            dependencies=_text_literal([dependencies]),
+            outputs=_text_literal([outputs]),
+            resource_count=len(projection.resources),
+        )
