@@ -13,8 +13,8 @@ from typing import Any
 from attrs import frozen
 from twisted.application.service import IService, MultiService, Service
 from twisted.application.strports import service as endpoint_service
-from twisted.internet.endpoints import serverFromString
 from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 from twisted.python import usage
 
