@@ -40,7 +40,6 @@ from urllib.parse import urlsplit
 
 import pytest
 from attrs import define, field, frozen
-
 from stub_client import Reply, content_md5
 
 #: Seconds a server may take to start listening and answer /healthz.
@@ -327,6 +326,8 @@ class Exchange:
     upstream_status: int | None = None
     status: int | None = None
     response_body: bytes = b""
+    #: time.monotonic() when the whole request had arrived.
+    received_at: float = field(factory=time.monotonic)
 
     def header(self, name: str) -> str | None:
         for key, value in self.headers:

@@ -18,11 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from twisted.application.service import IServiceMaker
-from twisted.plugin import getPlugins
-
 from fixtures_server import KilolockServer, clean_environment, poll_until, server_command
 from stub_client import content_md5, lock_body, state_body
+from twisted.application.service import IServiceMaker
+from twisted.plugin import getPlugins
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -36,13 +36,12 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import pytest
 from attrs import define, evolve, field, frozen
-
 from fixtures_server import Fault, FaultProxy, KilolockServer
 from stub_client import content_md5
 
@@ -101,7 +100,7 @@ def new_lock_info() -> LockInfo:
     """statemgr.NewLockInfo(): a random UUID, user@host, now in UTC (RFC 3339
     with nanoseconds, trailing zeros trimmed, like Go's time.Time JSON)."""
     nanos = time.time_ns()
-    stamp = datetime.fromtimestamp(nanos // 1_000_000_000, tz=timezone.utc)
+    stamp = datetime.fromtimestamp(nanos // 1_000_000_000, tz=UTC)
     fraction = f"{nanos % 1_000_000_000:09d}".rstrip("0")
     created = stamp.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
     return LockInfo(ID=str(uuid.uuid4()), Who=f"{getpass.getuser()}@{socket.gethostname()}",
@@ -228,7 +227,7 @@ class GoHttpClient:
             raise LockError(f"HTTP remote state already locked: ID={existing.ID}", existing)
         raise ClientError(f"Unexpected HTTP response code {status}")
 
-    def Unlock(self, id: str) -> None:  # noqa: A002 - the Go signature; id is unused there too
+    def Unlock(self, id: str) -> None:
         if self.UnlockURL is None:
             return
         # &c.jsonLockInfo is never nil: a client that never locked sends an empty body.
@@ -251,7 +250,7 @@ class GoHttpClient:
             raise ClientError(f"Unexpected HTTP response code {status}")
         if not body:
             return None
-        return Payload(body, hashlib.md5(body).digest())  # noqa: S324
+        return Payload(body, hashlib.md5(body).digest())
 
     def Put(self, data: bytes) -> None:
         url = self.URL
@@ -327,7 +326,7 @@ def remote_TestRemoteLocks(a: GoHttpClient, b: GoHttpClient) -> None:
     assert lockIDA, "unable to get initial lock"
     with pytest.raises(LockError) as refused:
         b.Lock(infoB)
-    assert refused.value.info is not None and refused.value.info.ID == lockIDA
+    assert refused.value.info is not None and lockIDA == refused.value.info.ID
 
     a.Unlock(lockIDA)
     lockIDB = b.Lock(infoB)
@@ -501,7 +500,7 @@ def test_TestBackendStateForceUnlock(kilolock_server: KilolockServer, state_url:
     lockIDA = b1.Lock(infoA)
     with pytest.raises(LockError) as refused:
         b2.Lock(infoB)
-    assert refused.value.info is not None and refused.value.info.ID == lockIDA
+    assert refused.value.info is not None and lockIDA == refused.value.info.ID
 
     with pytest.raises(ClientError, match="Unexpected HTTP response code 409"):
         b2.Unlock(refused.value.info.ID)

