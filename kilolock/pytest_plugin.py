@@ -107,6 +107,7 @@ class ServerProcess:
         self._buffer = bytearray()
         self._mutex = threading.Lock()
         self._namespaces = itertools.count(1)
+        self._call_ids = itertools.count(1)
 
     @classmethod
     def start(cls, directory: Path, timeout: float = START_TIMEOUT) -> ServerProcess:
@@ -137,8 +138,9 @@ class ServerProcess:
 
     def call(self, op: str, timeout: float = CALL_TIMEOUT, **args: Any) -> Any:
         """Run C{op} in the server and return its answer (thread-safe)."""
-        line = json.dumps({"op": op, "args": args}).encode("utf-8") + b"\n"
         with self._mutex:
+            call_id = next(self._call_ids)
+            line = json.dumps({"id": call_id, "op": op, "args": args}).encode("utf-8") + b"\n"
             if self.process.poll() is not None:
                 raise self._died(f"calling {op}")
             assert self.process.stdin is not None
@@ -146,7 +148,12 @@ class ServerProcess:
                 self.process.stdin.write(line)
             except BrokenPipeError:
                 raise self._died(f"calling {op}") from None
-            answer = self._read_message(timeout, f"the answer to {op}")
+            deadline = time.monotonic() + timeout
+            while True:  # an answer to an earlier call that timed out is skipped
+                answer = self._read_message(max(0.0, deadline - time.monotonic()),
+                                            f"the answer to {op}")
+                if answer.get("id") == call_id:
+                    break
         if "error" in answer:
             raise KilolockServerError(f"{op}: {answer['error']}")
         return answer["ok"]

@@ -8,9 +8,9 @@ kilolock}, open auth) from a L{MemoryStateStore} on an ephemeral port of
 plugin's inspection calls over its standard input and output, never over HTTP:
 
   - it writes one line C{{"ready": {"port": N, "pid": P}}} when it listens;
-  - then every line it reads is a call C{{"op": NAME, "args": {...}}} and it
-    answers each with one line, C{{"ok": VALUE}} or C{{"error": MESSAGE}},
-    in order.  Every call runs on the reactor thread, between HTTP requests,
+  - then every line it reads is a call C{{"id": N, "op": NAME, "args": {...}}}
+    and it answers each with one line, C{{"id": N, "ok": VALUE}} or
+    C{{"id": N, "error": MESSAGE}}.  Every call runs on the reactor thread, between HTTP requests,
     so what it sees is always a committed store;
   - when its standard input closes (the test session ended, or died) it stops.
 
@@ -167,17 +167,21 @@ def main() -> int:
             self.transport.write(json.dumps(message).encode("utf-8") + b"\n")
 
         def lineReceived(self, line: bytes) -> None:
+            call_id = None
             try:
                 call = json.loads(line)
+                call_id = call.get("id")
                 operation = operations[call["op"]]
                 done: Any = ensureDeferred(operation(**call.get("args", {})))
             except Exception as error:
-                self.answer({"error": f"{type(error).__name__}: {error}"})
+                self.answer({"id": call_id, "error": f"{type(error).__name__}: {error}"})
                 return
             done.addCallbacks(
-                lambda value: self.answer({"ok": value}),
-                lambda failure: self.answer(
-                    {"error": f"{failure.type.__name__}: {failure.getErrorMessage()}"}),
+                lambda value: self.answer({"id": call_id, "ok": value}),
+                lambda failure: self.answer({
+                    "id": call_id,
+                    "error": f"{failure.type.__name__}: {failure.getErrorMessage()}",
+                }),
             )
 
         def lineLengthExceeded(self, line: bytes) -> None:

@@ -408,6 +408,18 @@ def test_a_dead_server_is_reported_with_its_log(tmp_path: Path) -> None:
         process.stop()
 
 
+def test_a_late_answer_is_never_taken_for_the_next_one(tmp_path: Path) -> None:
+    """After a call times out, its late answer is skipped: the next call gets its own."""
+    process = ServerProcess.start(tmp_path / "server")
+    try:
+        with pytest.raises(KilolockServerError, match="timed out"):
+            process.call("versions", timeout=0, path="x")
+        assert process.call("ping") == {"port": process.port, "pid": process.pid}
+        assert process.call("versions", path="x") == []
+    finally:
+        process.stop()
+
+
 def test_server_stops_when_its_session_is_killed(tmp_path: Path) -> None:
     """If the pytest process dies without cleaning up (SIGKILL), its server stops
     by itself (its call pipe closes), leaving no orphan."""
