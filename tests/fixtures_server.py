@@ -15,7 +15,7 @@ extra command-line arguments and environment for it.  Every server fixture is
 parametrized over that mapping, so a store variant is one entry, e.g.::
 
     "postgres": StoreVariant(lambda request: StoreLaunch(
-        ("--store", "postgres", "--database", request.getfixturevalue("postgres_url"))),
+        ("--store", "postgres", "--database", request.getfixturevalue("postgres_dsn"))),
         marks=(pytest.mark.postgres,)),
 """
 
