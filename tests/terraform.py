@@ -195,23 +195,22 @@ class Terraform:
 
     # The commands the tests use, with the flags automation wants.
 
-    def init(self, *extra: str, **kwargs: object) -> Result:
-        return self.run("init", "-input=false", "-no-color", *extra, **kwargs)  # type: ignore[arg-type]
+    def init(self, *extra: str, timeout: float = DEFAULT_TIMEOUT) -> Result:
+        return self.run("init", "-input=false", "-no-color", *extra, timeout=timeout)
 
-    def plan(self, *extra: str, **kwargs: object) -> Result:
-        return self.run("plan", "-input=false", "-no-color", *extra, **kwargs)  # type: ignore[arg-type]
+    def plan(self, *extra: str, timeout: float = DEFAULT_TIMEOUT) -> Result:
+        return self.run("plan", "-input=false", "-no-color", *extra, timeout=timeout)
 
-    def apply(self, *extra: str, **kwargs: object) -> Result:
-        return self.run("apply", "-auto-approve", "-input=false", "-no-color", *extra,
-                        **kwargs)  # type: ignore[arg-type]
+    def apply(self, *extra: str, timeout: float = DEFAULT_TIMEOUT) -> Result:
+        return self.start_apply(*extra, timeout=timeout).wait()
 
-    def start_apply(self, *extra: str, **kwargs: object) -> RunningCommand:
+    def start_apply(self, *extra: str, timeout: float = DEFAULT_TIMEOUT) -> RunningCommand:
         return self.start("apply", "-auto-approve", "-input=false", "-no-color", *extra,
-                          **kwargs)  # type: ignore[arg-type]
+                          timeout=timeout)
 
-    def destroy(self, *extra: str, **kwargs: object) -> Result:
+    def destroy(self, *extra: str, timeout: float = DEFAULT_TIMEOUT) -> Result:
         return self.run("destroy", "-auto-approve", "-input=false", "-no-color", *extra,
-                        **kwargs)  # type: ignore[arg-type]
+                        timeout=timeout)
 
     def state_pull(self) -> Result:
         return self.run("state", "pull")
@@ -290,9 +289,14 @@ class HoldStep:
                 f"while [ ! -e {_shell_quote(str(self.release))} ] && [ $i -lt {ticks} ]; "
                 "do sleep 0.1; i=$((i+1)); done")
 
-    def wait_started(self, timeout: float = 60.0) -> None:
+    def wait_started(self, running: RunningCommand, timeout: float = 60.0) -> None:
+        """Poll until the held resource has started (so its apply holds the
+        lock); fail at once, with its output, if the apply ended instead."""
         deadline = time.monotonic() + timeout
         while not self.started.exists():
+            if running.poll() is not None:
+                raise AssertionError("the apply ended before the held resource started:\n"
+                                     + running.wait().describe())
             if time.monotonic() > deadline:
                 raise AssertionError(f"the held resource did not start within {timeout:g}s")
             time.sleep(0.05)

@@ -200,7 +200,7 @@ def test_concurrent_applies_one_wins_and_the_other_shows_the_holder(
 
     running = first.start_apply()
     try:
-        hold.wait_started()
+        hold.wait_started(running)
         probe = kilolock_server.with_body("LOCK", "/v1/states/contended",
                                           lock_body("probe-lock-id", who="probe@test"))
         assert probe.status == 423, probe
@@ -233,8 +233,12 @@ def test_lock_timeout_waits_for_the_holder_then_applies(
 
     running = tf.start_apply("-lock-timeout=60s")
     try:
-        poll_until(lambda: [x for x in proxy.seen("LOCK") if x.status == 423], 60,
-                   "Terraform to meet the held lock")
+        def refused_once() -> bool:
+            if running.poll() is not None:
+                raise AssertionError(f"apply ended early:\n{running.wait().describe()}")
+            return any(exchange.status == 423 for exchange in proxy.seen("LOCK"))
+
+        poll_until(refused_once, 60, "Terraform to meet the held lock")
         assert running.poll() is None
         assert kilolock_server.with_body("UNLOCK", "/v1/states/queued", held).status == 200
     finally:
