@@ -65,6 +65,8 @@ class Principal:
     workspace_id: str | None = None
     env_public_id: str | None = None
     token_id: str | None = None
+    #: The client's address (forwarded headers honoured from trusted proxies).
+    address: str | None = None
 
     @property
     def can_write(self) -> bool:

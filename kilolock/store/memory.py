@@ -127,7 +127,8 @@ class MemoryStateStore:
             state.updated_at = now
             self._append_event(key.tenant, STATE_WRITE, principal.name, key.path, now,
                                lock_id=lock_id, serial=meta.serial, sha256=meta.sha256,
-                               detail={"version": number, "size": meta.size})
+                               detail={"version": number, "size": meta.size,
+                                       **_client(principal)})
             return WriteOutcome(version=meta, created=True)
 
         return _run(write)
@@ -142,7 +143,7 @@ class MemoryStateStore:
             del self._states[key]
             self._append_event(key.tenant, STATE_DELETE, principal.name, key.path,
                                self.clock(), lock_id=lock_id,
-                               detail={"versions": len(state.versions)})
+                               detail={"versions": len(state.versions), **_client(principal)})
 
         return _run(delete)
 
@@ -159,7 +160,7 @@ class MemoryStateStore:
                 raise LockConflict(state.lock.info.raw, status=423)
             state.lock = HeldLock(info=info, acquired_at=now, principal=principal.name)
             self._append_event(key.tenant, LOCK_ACQUIRE, principal.name, key.path, now,
-                               lock_id=info.id, detail=_lock_detail(info))
+                               lock_id=info.id, detail=_lock_detail(info, principal))
             return True
 
         return _run(acquire)
@@ -177,7 +178,8 @@ class MemoryStateStore:
             state.lock = None
             kind = LOCK_RELEASE if lock_id is not None else LOCK_FORCE_RELEASE
             self._append_event(key.tenant, kind, principal.name, key.path, self.clock(),
-                               lock_id=held.info.id, detail=_lock_detail(held.info))
+                               lock_id=held.info.id,
+                               detail=_lock_detail(held.info, principal))
             return held
 
         return _run(release)
@@ -281,5 +283,10 @@ class MemoryStateStore:
         return event
 
 
-def _lock_detail(info: LockInfo) -> dict[str, Any]:
-    return {"who": info.who, "operation": info.operation}
+def _lock_detail(info: LockInfo, principal: Principal) -> dict[str, Any]:
+    return {"who": info.who, "operation": info.operation, **_client(principal)}
+
+
+def _client(principal: Principal) -> dict[str, Any]:
+    """The client address of an event, when known."""
+    return {"client": principal.address} if principal.address else {}

@@ -22,6 +22,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from kilolock.errors import KilolockError, LockConflict, MethodNotAllowed
+from kilolock.web.request import site_metrics
 
 log = Logger()
 
@@ -88,6 +89,8 @@ class AsyncResource(Resource):
     #: never cancelled: a write that started is committed or rolled back by
     #: the store, never abandoned half-way by a dropped connection.
     cancel_on_disconnect: ClassVar[frozenset[bytes]] = frozenset({b"GET", b"HEAD"})
+    #: The route template metrics and access logs name this resource by.
+    route: ClassVar[str] = "other"
 
     def allowed_methods(self) -> list[bytes]:
         methods = {name[3:].encode() for name in dir(self) if name.startswith("do_")}
@@ -96,6 +99,7 @@ class AsyncResource(Resource):
         return sorted(methods)
 
     def render(self, request: Request) -> Any:
+        request.route = self.route  # type: ignore[attr-defined]
         method = request.method.upper()
         handler: Handler | None = getattr(self, "do_" + method.decode("ascii", "replace"),
                                           None)
@@ -125,6 +129,10 @@ class AsyncResource(Resource):
             if failure.check(CancelledError) and finished[0]:
                 return
             if failure.check(KilolockError):
+                if failure.check(LockConflict):
+                    metrics = site_metrics(request)
+                    if metrics is not None:
+                        metrics.lock_conflicts.inc()
                 answer(response_for_error(failure.value))
                 return
             incident = log_unexpected(failure)

@@ -20,85 +20,15 @@ from twisted.web.server import Request
 from kilolock.errors import BadRequest, ChecksumMismatch, InvalidState
 from kilolock.model import StateUpload
 from kilolock.tfstate import parse_state
+from kilolock.web.request import DEFAULT_MAX_BODY_BYTES
 
 log = Logger()
 
 #: Bodies at least this large are read and parsed in a thread.
 THREAD_THRESHOLD = 256 * 1024
 
-DEFAULT_MAX_BODY_BYTES = 256 * 1024 * 1024
-
-
-class _Discard(io.RawIOBase):
-    """Where the bytes of a refused body go."""
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        return len(data)
-
-
-class LimitedRequest(Request):
-    """A request that refuses bodies over the site's C{max_body_bytes}.
-
-    The limit is checked against C{Content-Length} before any byte is read,
-    and against the running count of a chunked body.  A refused request is
-    answered 413 at once with C{Connection: close}; the rest of its body is
-    read and dropped for a short while (so the client sees the answer
-    instead of a reset), then the connection is closed.  Nothing reaches a
-    resource or a store.
-    """
-
-    #: Seconds to keep draining a refused body before closing the connection.
-    linger_seconds = 5.0
-
-    _received = 0
-    _refused = False
-
-    def _limit(self) -> int:
-        return int(getattr(self.channel.site, "max_body_bytes", DEFAULT_MAX_BODY_BYTES))
-
-    def gotLength(self, length: int | None) -> None:
-        if length is not None and length > self._limit():
-            self._refuse()
-            return
-        super().gotLength(length)
-
-    def handleContentChunk(self, data: bytes) -> None:
-        if self._refused:
-            return
-        self._received += len(data)
-        if self._received > self._limit():
-            self.content.close()
-            self._refuse()
-            return
-        super().handleContentChunk(data)
-
-    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
-        if self._refused:
-            self.channel.loseConnection()
-            return
-        super().requestReceived(command, path, version)
-
-    def _refuse(self) -> None:
-        self._refused = True
-        self.content = _Discard()
-        limit = self._limit()
-        body = json.dumps({"error": {
-            "code": "payload_too_large",
-            "message": f"the request body is larger than the limit of {limit} bytes"
-                       " (KL_MAX_BODY_BYTES)",
-        }}).encode()
-        head = (b"HTTP/1.1 413 Payload Too Large\r\n"
-                b"Content-Type: application/json\r\n"
-                b"Connection: close\r\n"
-                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
-        log.info("refused a request body over {limit} bytes", limit=limit)
-        self.channel.transport.write(head + body)
-        reactor = getattr(self.channel, "callLater", None)
-        if reactor is not None:
-            reactor(self.linger_seconds, self.channel.transport.loseConnection)
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "check_md5", "parse_upload", "read_body",
+           "unlock_lock_id", "verify_md5"]
 
 
 def _read_all(content: IO[bytes]) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from twisted.cred.portal import Portal
@@ -9,8 +10,10 @@ from twisted.web.resource import Resource
 from twisted.web.server import Site
 
 from kilolock.interfaces import IStateStore
+from kilolock.metrics import Metrics
 from kilolock.web._base import NotFoundResource
-from kilolock.web.body import DEFAULT_MAX_BODY_BYTES, LimitedRequest
+from kilolock.web.request import DEFAULT_MAX_BODY_BYTES, KilolockRequest
+from kilolock.web.forwarded import Network
 from kilolock.web.health import HealthResource
 from kilolock.web.states import StateLane, StatesCollection
 
@@ -38,11 +41,21 @@ def build_root(store: IStateStore, portal: Portal, reactor: Any) -> Resource:
 
 
 class KilolockSite(Site):
-    """A Site whose requests enforce C{max_body_bytes} while bodies stream in."""
+    """A Site whose requests enforce the body limit and the request deadline,
+    carry a request id, and are counted in C{metrics} and logged as
+    structured C{kilolock.access} events (Twisted's own access log is off)."""
 
-    requestFactory = LimitedRequest
+    requestFactory = KilolockRequest
 
     def __init__(self, resource: Resource, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 **kwargs: Any) -> None:
+                 request_timeout: float | None = None,
+                 trusted_proxies: Sequence[Network] = (),
+                 metrics: Metrics | None = None, **kwargs: Any) -> None:
         super().__init__(resource, **kwargs)
         self.max_body_bytes = max_body_bytes
+        self.request_timeout = request_timeout
+        self.trusted_proxies = tuple(trusted_proxies)
+        self.metrics = metrics
+
+    def log(self, request: Any) -> None:
+        """Access lines are L{KilolockRequest}'s structured events."""

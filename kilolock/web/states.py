@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attrs import frozen
+from attrs import evolve, frozen
 from twisted.cred.portal import Portal
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
@@ -24,6 +24,7 @@ from kilolock.model import LockInfo, Principal, StateKey
 from kilolock.web._base import JSON, AsyncResource, Response, response_for_error, write_response
 from kilolock.web.body import check_md5, parse_upload, read_body, unlock_lock_id
 from kilolock.web.paths import StateAddress, parse_state_segments
+from kilolock.web.request import client_address, site_metrics
 
 
 @frozen
@@ -65,10 +66,12 @@ class _StateBase(AsyncResource):
 
     async def _key(self, request: Request, write: bool) -> StateKey:
         principal = await self.lane.principal(request)
+        request.tenant = principal.tenant  # type: ignore[attr-defined]
         key = self.lane.key_for(principal, self.address)
         if write and not principal.can_write:
             raise Forbidden("this token is read-only")
-        request.kilolock_principal = principal  # type: ignore[attr-defined]
+        request.kilolock_principal = evolve(  # type: ignore[attr-defined]
+            principal, address=client_address(request))
         return key
 
     def _principal(self, request: Request) -> Principal:
@@ -80,7 +83,10 @@ class _StateBase(AsyncResource):
         body = await read_body(request, self.lane.reactor)
         check_md5(request, body)
         info = LockInfo.from_bytes(body)
-        await self.lane.store.acquire_lock(key, info, self._principal(request))
+        acquired = await self.lane.store.acquire_lock(key, info, self._principal(request))
+        metrics = site_metrics(request)
+        if acquired and metrics is not None:
+            metrics.lock_acquisitions.inc()
         return Response(200)
 
     async def _unlock(self, request: Request, allow_plain: bool) -> Response:
@@ -88,12 +94,17 @@ class _StateBase(AsyncResource):
         body = await read_body(request, self.lane.reactor)
         check_md5(request, body)
         lock_id = unlock_lock_id(body, _query_id(request), allow_plain)
-        await self.lane.store.release_lock(key, lock_id, self._principal(request))
+        released = await self.lane.store.release_lock(key, lock_id, self._principal(request))
+        metrics = site_metrics(request)
+        if lock_id is None and released is not None and metrics is not None:
+            metrics.lock_force_releases.inc()
         return Response(200)
 
 
 class StateResource(_StateBase):
     """One state: read, write, delete, lock and unlock it."""
+
+    route = "/v1/states/{state}"
 
     async def do_GET(self, request: Request) -> Response:
         key = await self._key(request, write=False)
@@ -106,8 +117,12 @@ class StateResource(_StateBase):
         key = await self._key(request, write=True)
         body = await read_body(request, self.lane.reactor)
         upload = await parse_upload(request, body, self.lane.reactor)
-        await self.lane.store.write_state(key, upload, _query_id(request),
-                                          self._principal(request))
+        outcome = await self.lane.store.write_state(key, upload, _query_id(request),
+                                                    self._principal(request))
+        metrics = site_metrics(request)
+        if outcome.created and metrics is not None:
+            metrics.writes.inc()
+            metrics.bytes_stored.inc(outcome.version.size)
         return Response(200)
 
     # update_method = "PUT" is a plain alias of POST.
@@ -128,6 +143,8 @@ class StateResource(_StateBase):
 class LockAliasResource(_StateBase):
     """C{{state URL}/lock}: POST locks, DELETE unlocks (GitLab's convention)."""
 
+    route = "/v1/states/{state}/lock"
+
     async def do_POST(self, request: Request) -> Response:
         return await self._lock(request)
 
@@ -137,6 +154,8 @@ class LockAliasResource(_StateBase):
 
 class StateUnlockResource(_StateBase):
     """C{POST /v1/state-unlock/...}: lock release for edges that drop UNLOCK."""
+
+    route = "/v1/state-unlock/{state}"
 
     async def do_POST(self, request: Request) -> Response:
         return await self._unlock(request, allow_plain=True)

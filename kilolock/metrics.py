@@ -1,0 +1,58 @@
+"""Prometheus metrics, in a registry of their own (one per server).
+
+Labels are route templates (C{/v1/states/{name}}), never concrete paths, so
+state names, tenants and tokens never become label values.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                   10.0, 30.0, 60.0)
+
+
+@frozen
+class Metrics:
+    """Every metric a Kilolock server exports."""
+
+    registry: CollectorRegistry
+    requests: Counter
+    latency: Histogram
+    lock_acquisitions: Counter
+    lock_conflicts: Counter
+    lock_force_releases: Counter
+    writes: Counter
+    bytes_stored: Counter
+    database_up: Gauge
+    in_flight: Gauge
+
+    @classmethod
+    def create(cls) -> Metrics:
+        registry = CollectorRegistry(auto_describe=True)
+        return cls(
+            registry=registry,
+            requests=Counter("kilolock_http_requests", "HTTP requests answered",
+                             ["route", "method", "status"], registry=registry),
+            latency=Histogram("kilolock_http_request_duration_seconds",
+                              "Time from a request's arrival to its answer",
+                              ["route", "method"], buckets=LATENCY_BUCKETS,
+                              registry=registry),
+            lock_acquisitions=Counter("kilolock_lock_acquisitions",
+                                      "Locks acquired (idempotent replays excluded)",
+                                      registry=registry),
+            lock_conflicts=Counter("kilolock_lock_conflicts",
+                                   "Requests refused because another client holds the lock",
+                                   registry=registry),
+            lock_force_releases=Counter("kilolock_lock_force_releases",
+                                        "Locks released by force-unlock", registry=registry),
+            writes=Counter("kilolock_state_writes", "State versions stored",
+                           registry=registry),
+            bytes_stored=Counter("kilolock_state_bytes_stored",
+                                 "Bytes of state versions stored", registry=registry),
+            database_up=Gauge("kilolock_database_up",
+                              "1 when the last database probe succeeded", registry=registry),
+            in_flight=Gauge("kilolock_http_requests_in_flight",
+                            "Requests being processed", registry=registry),
+        )

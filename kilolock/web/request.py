@@ -1,0 +1,177 @@
+"""The request class of a Kilolock site: body limit, deadlines, request id,
+client origin, and one metrics observation and access-log event per request.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import uuid
+from typing import Any
+
+from twisted.internet.interfaces import IDelayedCall
+from twisted.logger import Logger
+from twisted.web.server import Request
+
+from kilolock.web.forwarded import ClientOrigin, client_origin
+
+log = Logger(namespace="kilolock.access")
+
+DEFAULT_MAX_BODY_BYTES = 256 * 1024 * 1024
+
+
+class _Discard(io.RawIOBase):
+    """Where the bytes of a refused body go."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        return len(data)
+
+
+class KilolockRequest(Request):
+    """A request that refuses bodies over the site's C{max_body_bytes}, must
+    arrive whole within the site's C{request_timeout}, and is observed once.
+
+    The body limit is checked against C{Content-Length} before any byte is
+    read, and against the running count of a chunked body.  A refused request
+    is answered 413 at once with C{Connection: close}; the rest of its body is
+    read and dropped for a short while (so the client sees the answer instead
+    of a reset), then the connection is closed.  Nothing reaches a resource
+    or a store.
+    """
+
+    #: Seconds to keep draining a refused body before closing the connection.
+    linger_seconds = 5.0
+
+    _received = 0
+    _refused = False
+    _deadline: IDelayedCall | None = None
+    _peer = "unknown"
+    _secure = False
+
+    #: Set by the resource that answers: its route template and the caller.
+    route = "unmatched"
+    tenant: str | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.request_id = uuid.uuid4().hex[:16]
+        self.arrived = time.monotonic()
+        # The channel is gone once the request is finished; keep its site.
+        self._kilolock_site = getattr(self.channel, "site", None)
+
+    def _site_setting(self, name: str, default: Any) -> Any:
+        return getattr(self._kilolock_site, name, default)
+
+    # -- receiving --------------------------------------------------------
+
+    def gotLength(self, length: int | None) -> None:
+        timeout = self._site_setting("request_timeout", None)
+        call_later = getattr(self.channel, "callLater", None)
+        if timeout and call_later is not None:
+            self._deadline = call_later(timeout, self._too_slow)
+        if length is not None and length > self._limit():
+            self._refuse()
+            return
+        super().gotLength(length)
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if self._refused:
+            return
+        self._received += len(data)
+        if self._received > self._limit():
+            self.content.close()
+            self._refuse()
+            return
+        super().handleContentChunk(data)
+
+    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        if self._refused:
+            self.channel.loseConnection()
+            return
+        self._peer = getattr(self.getClientAddress(), "host", None) or "unknown"
+        self._secure = self.isSecure()
+        self.notifyFinish().addBoth(self._observe)
+        super().requestReceived(command, path, version)
+
+    def _limit(self) -> int:
+        return int(self._site_setting("max_body_bytes", DEFAULT_MAX_BODY_BYTES))
+
+    def _too_slow(self) -> None:
+        log.info("dropped a client that did not send its request within {timeout} s",
+                 timeout=self._site_setting("request_timeout", None))
+        self.channel.transport.abortConnection()
+
+    def _refuse(self) -> None:
+        self._refused = True
+        self.content = _Discard()
+        limit = self._limit()
+        body = json.dumps({"error": {
+            "code": "payload_too_large",
+            "message": f"the request body is larger than the limit of {limit} bytes"
+                       " (KL_MAX_BODY_BYTES)",
+        }}).encode()
+        head = (b"HTTP/1.1 413 Payload Too Large\r\n"
+                b"Content-Type: application/json\r\n"
+                b"Connection: close\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        log.info("refused a request body over {limit} bytes", limit=limit)
+        self.channel.transport.write(head + body)
+        call_later = getattr(self.channel, "callLater", None)
+        if call_later is not None:
+            call_later(self.linger_seconds, self.channel.transport.loseConnection)
+
+    # -- who is calling -----------------------------------------------------
+
+    def origin(self) -> ClientOrigin:
+        """The client's address and scheme (forwarded headers honoured only
+        from trusted proxies)."""
+        return client_origin(
+            self._peer,
+            self.requestHeaders.getRawHeaders(b"X-Forwarded-For", []),
+            self.getHeader(b"X-Forwarded-Proto"),
+            self._secure,
+            self._site_setting("trusted_proxies", ()),
+        )
+
+    # -- after the answer ---------------------------------------------------
+
+    def process(self) -> None:
+        self.setHeader(b"X-Request-Id", self.request_id.encode())
+        super().process()
+
+    def _observe(self, result: object) -> None:
+        duration = time.monotonic() - self.arrived
+        method = self.method.decode("ascii", "replace") if self.method else "?"
+        status = self.code if self.finished else 499
+        metrics = self._site_setting("metrics", None)
+        if metrics is not None:
+            metrics.requests.labels(self.route, method, str(status)).inc()
+            metrics.latency.labels(self.route, method).observe(duration)
+        origin = self.origin()
+        log.info(
+            "{method} {route} {status} {duration_ms:.1f}ms client={client} request={request_id}",
+            method=method, route=self.route, status=status,
+            duration_ms=duration * 1000, client=origin.address, scheme=origin.scheme,
+            request_id=self.request_id, tenant=self.tenant,
+            path=self.path.decode("utf-8", "replace") if self.path else None,
+        )
+
+
+def client_address(request: Request) -> str | None:
+    """The client's address as the audit trail records it."""
+    if isinstance(request, KilolockRequest):
+        return request.origin().address
+    return getattr(request.getClientAddress(), "host", None)
+
+
+def site_metrics(request: Request) -> Any:
+    """The L{kilolock.metrics.Metrics} of the request's site, or None."""
+    if isinstance(request, KilolockRequest):
+        return request._site_setting("metrics", None)
+    return None
