@@ -7,9 +7,10 @@ database per test.
     C{KL_TEST_POSTGRES_URL} set (a superuser URL of an external server, e.g.
     Debian's C{postgresql} package in CI) that server is used instead and
     nothing is started.
-  - C{postgres_dsn}: a fresh database with the current schema (a copy of a
-    template database upgraded once per session), dropped after the test.
-  - C{blank_postgres_dsn}: a fresh, empty database (no schema).
+  - C{postgres_dsn}: a database with the current schema and no data: one
+    database upgraded once per session, emptied (TRUNCATE) before each test.
+  - C{blank_postgres_dsn}: a fresh, empty database (no schema), dropped
+    after the test.
 
 Fixtures here are synchronous and use psycopg2 directly: they run outside
 the reactor's work, so blocking briefly is fine.  Import the reactor inside
@@ -35,8 +36,6 @@ from psycopg2.extensions import make_dsn, parse_dsn
 from kilolock.store.embedded import EmbeddedPostgres
 from kilolock.store.schema import ensure_schema_blocking
 
-TEMPLATE_DATABASE = "kilolock_test_template"
-
 
 @contextlib.contextmanager
 def embedded_postgres_in_temporary_directory() -> Iterator[EmbeddedPostgres]:
@@ -61,9 +60,13 @@ def embedded_postgres_in_temporary_directory() -> Iterator[EmbeddedPostgres]:
 
 @pytest.fixture(scope="session")
 def embedded_postgres() -> Iterator[EmbeddedPostgres]:
-    """The session's embedded PostgreSQL (started on first use)."""
+    """The session's embedded PostgreSQL (started on first use), tuned for
+    tests: no fsync, asynchronous commit (a crash loses nothing a test needs)."""
     with embedded_postgres_in_temporary_directory() as server:
-        server.start_blocking()
+        admin_dsn = dsn_for_database(server.start_blocking(), "postgres")
+        for setting in ("fsync = off", "synchronous_commit = off", "full_page_writes = off"):
+            run_admin(admin_dsn, f"ALTER SYSTEM SET {setting}")
+        run_admin(admin_dsn, "SELECT pg_reload_conf()")
         yield server
 
 
@@ -95,28 +98,12 @@ def run_admin(admin_dsn: str, statement: Any, params: Any = None) -> None:
         connection.close()
 
 
-@pytest.fixture(scope="session")
-def postgres_template(postgres_admin_dsn: str) -> Iterator[str]:
-    """A database upgraded to the current schema, copied for each test."""
-    run_admin(postgres_admin_dsn, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-        sql.Identifier(TEMPLATE_DATABASE)))
-    run_admin(postgres_admin_dsn, sql.SQL("CREATE DATABASE {}").format(
-        sql.Identifier(TEMPLATE_DATABASE)))
-    connection = psycopg2.connect(dsn_for_database(postgres_admin_dsn, TEMPLATE_DATABASE))
-    try:
-        with connection, connection.cursor() as cursor:
-            ensure_schema_blocking(cursor)
-    finally:
-        connection.close()
-    yield TEMPLATE_DATABASE
-    run_admin(postgres_admin_dsn, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-        sql.Identifier(TEMPLATE_DATABASE)))
-
-
-def _fresh_database(admin_dsn: str, template: str) -> Iterator[str]:
+@contextlib.contextmanager
+def new_database(admin_dsn: str) -> Iterator[str]:
+    """A new, empty database (a unique name: sessions may share a server);
+    dropped afterwards.  @return: its DSN."""
     name = f"kilolock_test_{uuid.uuid4().hex[:12]}"
-    run_admin(admin_dsn, sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
-        sql.Identifier(name), sql.Identifier(template)))
+    run_admin(admin_dsn, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
         yield dsn_for_database(admin_dsn, name)
     finally:
@@ -124,13 +111,54 @@ def _fresh_database(admin_dsn: str, template: str) -> Iterator[str]:
             sql.Identifier(name)))
 
 
+@pytest.fixture(scope="session")
+def postgres_session_database(postgres_admin_dsn: str) -> Iterator[str]:
+    """One database with the current schema for the session's tests (emptied
+    before each by C{postgres_dsn}).  @return: its DSN."""
+    with new_database(postgres_admin_dsn) as dsn:
+        connection = psycopg2.connect(dsn)
+        try:
+            with connection, connection.cursor() as cursor:
+                ensure_schema_blocking(cursor)
+        finally:
+            connection.close()
+        yield dsn
+
+
+#: Rows the schema itself creates, restored after emptying the tables.
+_SEED_ROWS = "INSERT INTO tenants (id) VALUES ('default') ON CONFLICT (id) DO NOTHING"
+
+
+def empty_database(dsn: str) -> None:
+    """Make a database with the current schema as it was just after the
+    upgrade: end its other sessions, empty every table except schema_version
+    (identities restarted), restore the seed rows."""
+    connection = psycopg2.connect(dsn, connect_timeout=10)
+    try:
+        connection.autocommit = True
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                           " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+                           " AND tablename <> 'schema_version'")
+            tables = [sql.Identifier(name) for (name,) in cursor.fetchall()]
+            cursor.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
+                sql.SQL(", ").join(tables)))
+            cursor.execute(_SEED_ROWS)
+    finally:
+        connection.close()
+
+
 @pytest.fixture
-def postgres_dsn(postgres_admin_dsn: str, postgres_template: str) -> Iterator[str]:
-    """A fresh database with the current schema, dropped after the test."""
-    yield from _fresh_database(postgres_admin_dsn, postgres_template)
+def postgres_dsn(postgres_session_database: str) -> str:
+    """The DSN of a database with the current schema and no data (emptied
+    for this test)."""
+    empty_database(postgres_session_database)
+    return postgres_session_database
 
 
 @pytest.fixture
 def blank_postgres_dsn(postgres_admin_dsn: str) -> Iterator[str]:
     """A fresh database without any Kilolock table, dropped after the test."""
-    yield from _fresh_database(postgres_admin_dsn, "template0")
+    with new_database(postgres_admin_dsn) as dsn:
+        yield dsn

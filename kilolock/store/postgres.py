@@ -96,7 +96,7 @@ from kilolock.model import (
     utcnow,
 )
 from kilolock.store.embedded import EmbeddedPostgres
-from kilolock.store.schema import SchemaTooNew, ensure_schema
+from kilolock.store.schema import SCHEMA_VERSION, SchemaTooNew, ensure_schema, schema_version
 
 __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
 
@@ -112,6 +112,8 @@ CONNECT_TIMEOUT = 5.0
 STATEMENT_TIMEOUT = 30.0
 #: Seconds one store call may take in all, waiting for a connection included.
 OPERATION_TIMEOUT = 60.0
+#: Seconds a readiness probe waits for the database.
+PROBE_TIMEOUT = 3.0
 #: Seconds after a failed attempt to open the pool before the next call tries
 #: again (calls in between fail at once).
 POOL_RETRY_INTERVAL = 1.0
@@ -472,6 +474,33 @@ class PostgresStateStore:
             if self._embedded is not None and self._embedded.running:
                 await self._embedded.stop(self._reactor)
 
+    def probe(self) -> Deferred[Any]:
+        """Check the database within L{PROBE_TIMEOUT} seconds; never fails.
+
+        @return: a Deferred firing with a L{kilolock.model.StoreProbe}: whether
+            the database answers, and the schema version it has and the one
+            this code expects.
+        """
+        from kilolock.model import StoreProbe
+
+        async def probe() -> StoreProbe:
+            try:
+                pool = await self._ready_pool()
+                version = await self._bounded(
+                    pool, lambda cursor: ensureDeferred(schema_version(cursor)),
+                    timeout=PROBE_TIMEOUT)
+            except Exception as error:
+                if not isinstance(error, (*_UNREACHABLE, KilolockError)):
+                    log.failure("the database probe failed unexpectedly")
+                self._note_reachable(False, error)
+                return StoreProbe(reachable=False, message="PostgreSQL does not answer",
+                                  expected_schema_version=SCHEMA_VERSION)
+            self._note_reachable(True)
+            return StoreProbe(reachable=True, message="PostgreSQL answers",
+                              schema_version=version, expected_schema_version=SCHEMA_VERSION)
+
+        return ensureDeferred(probe())
+
     async def _ready_pool(self) -> _ResilientPool:
         """The started pool; opens one (again) when there is none.
 
@@ -603,12 +632,13 @@ class PostgresStateStore:
             self._outage_logged = True
         self.reachable = reachable
 
-    def _bounded(self, pool: _ResilientPool,
-                 interaction: Callable[[Any], Deferred[T]]) -> Deferred[T]:
+    def _bounded(self, pool: _ResilientPool, interaction: Callable[[Any], Deferred[T]],
+                 timeout: float | None = None) -> Deferred[T]:
         """Run C{interaction} on C{pool}, failing with L{ServiceUnavailable}
-        after the operation timeout.  A transaction still waiting for a
-        connection is dropped from the queue; one that is stuck on its
-        connection gets that connection closed (its detector reconnects)."""
+        after C{timeout} seconds (default: the operation timeout).  A
+        transaction still waiting for a connection is dropped from the queue;
+        one that is stuck on its connection gets that connection closed (its
+        detector reconnects)."""
         ticket = _Ticket()
         running = pool.run_transaction(interaction, ticket)
         outcome: Deferred[T] = Deferred()
@@ -619,11 +649,11 @@ class PostgresStateStore:
             else:
                 ticket.connection.close()
             if not outcome.called:
-                log.warn("a state database call exceeded {seconds} s",
-                         seconds=self._operation_timeout)
+                log.warn("a state database call exceeded {seconds} s", seconds=seconds)
                 outcome.errback(ServiceUnavailable(retry_after=RETRY_AFTER))
 
-        timer = self._reactor.callLater(self._operation_timeout, give_up)
+        seconds = self._operation_timeout if timeout is None else timeout
+        timer = self._reactor.callLater(seconds, give_up)
 
         def settle(result: Any) -> None:
             if timer.active():
