@@ -3,8 +3,13 @@
 # Configured entirely from KL_* environment variables (see docs/running.md),
 # e.g. KL_STORE=memory KL_LISTEN=tcp:8080 twistd -ny kilolock.tac
 from twisted.application.service import Application
+from twisted.logger import ILogObserver
 
+from kilolock.logs import json_log_observer
 from kilolock.tap import Settings, make_service_from_settings
 
+settings = Settings.from_sources({})
 application = Application("kilolock")
-make_service_from_settings(Settings.from_sources({})).setServiceParent(application)
+if settings.log_format == "json":
+    application.setComponent(ILogObserver, json_log_observer())
+make_service_from_settings(settings).setServiceParent(application)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         StateSummary,
         StateUpload,
         StateVersion,
+        StoreProbe,
         WriteOutcome,
     )
 
@@ -46,6 +47,12 @@ class IStateStore(Interface):
 
     def stop() -> Deferred[None]:
         """Release connections.  @return: a Deferred firing with None."""
+
+    def probe() -> Deferred[StoreProbe]:
+        """Check the database within a few seconds; never fails.
+
+        @return: a Deferred firing with a L{StoreProbe}.
+        """
 
     def read_current(key: StateKey) -> Deferred[bytes | None]:
         """The bytes of the current version of C{key} (a L{StateKey}).

@@ -234,6 +234,22 @@ class Condition:
 
 
 @frozen
+class StoreProbe:
+    """What a store says about its database when readiness is checked."""
+
+    reachable: bool
+    message: str
+    #: The applied and the expected schema versions; None for a store without
+    #: a schema (memory).
+    schema_version: int | None = None
+    expected_schema_version: int | None = None
+
+    @property
+    def schema_current(self) -> bool:
+        return self.schema_version == self.expected_schema_version
+
+
+@frozen
 class AuditEvent:
     """One mutation, hash-chained per tenant.  Never holds state bytes or secrets."""
 

@@ -13,20 +13,27 @@ from typing import Any
 from attrs import frozen
 from twisted.application.service import IService, MultiService, Service
 from twisted.application.strports import service as endpoint_service
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 from twisted.python import usage
 
 from kilolock.auth import AUTH_MODES, OpenChecker, StaticTokenChecker, build_portal
 from kilolock.interfaces import IStateStore
+from kilolock.metrics import Metrics
 from kilolock.store.memory import MemoryStateStore
 from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
+from kilolock.web.forwarded import parse_networks
 from kilolock.web.site import KilolockSite, build_root
 
 log = Logger()
 
 STORES = ("memory", "postgres")
+LOG_FORMATS = ("text", "json")
+
+DEFAULT_REQUEST_TIMEOUT = 300.0
+DEFAULT_IDLE_TIMEOUT = 75.0
+DEFAULT_SHUTDOWN_GRACE = 30.0
 
 
 @frozen
@@ -40,6 +47,11 @@ class Settings:
     auth_mode: str = "open"
     auth_token: str = ""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    trusted_proxies: tuple[str, ...] = ()
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
+    log_format: str = "text"
 
     @classmethod
     def from_sources(cls, options: Mapping[str, Any],
@@ -61,8 +73,18 @@ class Settings:
             data_dir=pick("data-dir", "KL_DATA_DIR", "./kilolock-data"),
             auth_mode=pick("auth-mode", "KL_AUTH_MODE", "open"),
             auth_token=environ.get("KL_AUTH_TOKEN", ""),
-            max_body_bytes=int(pick("max-body-bytes", "KL_MAX_BODY_BYTES",
-                                    DEFAULT_MAX_BODY_BYTES)),
+            max_body_bytes=_number(int, "KL_MAX_BODY_BYTES", pick(
+                "max-body-bytes", "KL_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)),
+            trusted_proxies=tuple(options.get("trusted-proxy") or [
+                cidr.strip() for cidr in environ.get("KL_TRUSTED_PROXIES", "").split(",")
+                if cidr.strip()]),
+            request_timeout=_number(float, "KL_REQUEST_TIMEOUT", pick(
+                "request-timeout", "KL_REQUEST_TIMEOUT", DEFAULT_REQUEST_TIMEOUT)),
+            idle_timeout=_number(float, "KL_IDLE_TIMEOUT", pick(
+                "idle-timeout", "KL_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT)),
+            shutdown_grace=_number(float, "KL_SHUTDOWN_GRACE", pick(
+                "shutdown-grace", "KL_SHUTDOWN_GRACE", DEFAULT_SHUTDOWN_GRACE)),
+            log_format=pick("log-format", "KL_LOG_FORMAT", "text"),
         )
         settings.check()
         return settings
@@ -76,6 +98,18 @@ class Settings:
             raise usage.UsageError("KL_AUTH_MODE=static needs KL_AUTH_TOKEN")
         if self.max_body_bytes <= 0:
             raise usage.UsageError("KL_MAX_BODY_BYTES must be a positive number of bytes")
+        for name, value in (("KL_REQUEST_TIMEOUT", self.request_timeout),
+                            ("KL_IDLE_TIMEOUT", self.idle_timeout)):
+            if value <= 0:
+                raise usage.UsageError(f"{name} must be a positive number of seconds")
+        if self.shutdown_grace < 0:
+            raise usage.UsageError("KL_SHUTDOWN_GRACE must not be negative")
+        if self.log_format not in LOG_FORMATS:
+            raise usage.UsageError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
+        try:
+            parse_networks(self.trusted_proxies)
+        except ValueError as error:
+            raise usage.UsageError(f"--trusted-proxy: {error}") from None
         try:
             # Parse only (no reactor is touched): a bad endpoint string is a
             # usage error, not a traceback out of makeService.
@@ -100,12 +134,42 @@ class Options(usage.Options):
         ["auth-mode", None, None, "open, static or database [KL_AUTH_MODE, default open]"],
         ["max-body-bytes", None, None,
          "largest request body accepted [KL_MAX_BODY_BYTES, default 268435456]"],
+        ["request-timeout", None, None,
+         "seconds a client has to send a whole request, head and body"
+         f" [KL_REQUEST_TIMEOUT, default {DEFAULT_REQUEST_TIMEOUT:g}]"],
+        ["idle-timeout", None, None,
+         "seconds an idle keep-alive connection is kept"
+         f" [KL_IDLE_TIMEOUT, default {DEFAULT_IDLE_TIMEOUT:g}]"],
+        ["shutdown-grace", None, None,
+         "seconds in-flight requests get to finish on SIGTERM"
+         f" [KL_SHUTDOWN_GRACE, default {DEFAULT_SHUTDOWN_GRACE:g}]"],
+        ["log-format", None, None, "text or json [KL_LOG_FORMAT, default text]"],
     ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self["trusted-proxy"] = []
+
+    def opt_trusted_proxy(self, cidr: str) -> None:
+        """Honour X-Forwarded-For/-Proto from this network (CIDR; repeatable)
+        [KL_TRUSTED_PROXIES, comma-separated]"""
+        self["trusted-proxy"].append(cidr)
 
     def postOptions(self) -> None:
         # Check every setting now, so twistd reports a bad value as a usage
         # error (exit 1, the message, no traceback) before it builds anything.
-        Settings.from_sources(self)
+        settings = Settings.from_sources(self)
+        if settings.log_format == "json" and self.parent is not None:
+            # twistd builds its log observer from its --logger option after
+            # the plugin's options are parsed: hand it the JSON observer.
+            self.parent["logger"] = "kilolock.logs.json_log_observer"
+
+
+def _number(kind: type[Any], name: str, value: Any) -> Any:
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise usage.UsageError(f"{name} must be a number, not {value!r}") from None
 
 
 class StoreService(Service):
@@ -143,8 +207,52 @@ def build_portal_for(settings: Settings, store: IStateStore) -> Any:
     return build_portal(OpenChecker())
 
 
+class KilolockService(MultiService):
+    """The store, then the listener; stopped in the opposite order, one step
+    at a time: stop accepting connections, let in-flight requests finish
+    (at most C{grace} seconds), then close the store."""
+
+    def __init__(self, store_service: StoreService, web_service: IService,
+                 site: KilolockSite, grace: float, clock: Any) -> None:
+        super().__init__()
+        self.store_service = store_service
+        self.web_service = web_service
+        self.site = site
+        self.grace = grace
+        self.clock = clock
+        store_service.setServiceParent(self)
+        web_service.setServiceParent(self)
+
+    @property
+    def store(self) -> IStateStore:
+        return self.store_service.store
+
+    def stopService(self) -> Deferred[None]:
+        Service.stopService(self)
+        stopping: Deferred[Any] = maybeDeferred(self.web_service.stopService)
+        stopping.addCallback(lambda _: self._drain())
+        stopping.addCallback(lambda _: self.store_service.stopService())
+        return stopping
+
+    def _drain(self) -> Deferred[None]:
+        deadline = self.clock.seconds() + self.grace
+        finished: Deferred[None] = Deferred()
+
+        def check() -> None:
+            if self.site.in_flight == 0 or self.clock.seconds() >= deadline:
+                if self.site.in_flight:
+                    log.warn("stopping with {count} requests still in flight",
+                             count=self.site.in_flight)
+                finished.callback(None)
+            else:
+                self.clock.callLater(0.05, check)
+
+        check()
+        return finished
+
+
 def make_service_from_settings(settings: Settings, reactor: Any = None,
-                               store: IStateStore | None = None) -> MultiService:
+                               store: IStateStore | None = None) -> KilolockService:
     """The whole server: the store service, then the HTTP listener."""
     if reactor is None:
         from twisted.internet import reactor as default_reactor
@@ -153,17 +261,20 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
     if store is None:
         store = build_store(settings, reactor)
     portal = build_portal_for(settings, store)
-    site = KilolockSite(build_root(store, portal, reactor),
-                        max_body_bytes=settings.max_body_bytes)
-    top = MultiService()
-    StoreService(store).setServiceParent(top)
+    metrics = Metrics.create()
+    site = KilolockSite(
+        build_root(store, portal, reactor, metrics=metrics, auth_mode=settings.auth_mode),
+        max_body_bytes=settings.max_body_bytes,
+        request_timeout=settings.request_timeout,
+        trusted_proxies=parse_networks(settings.trusted_proxies),
+        metrics=metrics,
+        timeout=settings.idle_timeout,
+        reactor=reactor,
+    )
     web: IService = endpoint_service(settings.listen, site)
-    web.setServiceParent(top)
-    top.store = store  # type: ignore[attr-defined]
-    top.site = site  # type: ignore[attr-defined]
-    return top
+    return KilolockService(StoreService(store), web, site, settings.shutdown_grace, reactor)
 
 
-def makeService(options: Mapping[str, Any], reactor: Any = None) -> MultiService:
+def makeService(options: Mapping[str, Any], reactor: Any = None) -> KilolockService:
     """Entry point of the twistd plugin."""
     return make_service_from_settings(Settings.from_sources(options), reactor)

@@ -34,6 +34,7 @@ from kilolock.model import (
     StateSummary,
     StateUpload,
     StateVersion,
+    StoreProbe,
     WriteOutcome,
     utcnow,
 )
@@ -81,6 +82,9 @@ class MemoryStateStore:
 
     def stop(self) -> Deferred[None]:
         return succeed(None)
+
+    def probe(self) -> Deferred[StoreProbe]:
+        return succeed(StoreProbe(reachable=True, message="in-memory store"))
 
     def reset(self) -> None:
         """Forget everything (used between tests of Terraform modules)."""

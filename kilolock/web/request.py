@@ -96,8 +96,17 @@ class KilolockRequest(Request):
             return
         self._peer = getattr(self.getClientAddress(), "host", None) or "unknown"
         self._secure = self.isSecure()
+        self._count_in_flight(+1)
         self.notifyFinish().addBoth(self._observe)
         super().requestReceived(command, path, version)
+
+    def _count_in_flight(self, change: int) -> None:
+        site = self._kilolock_site
+        if site is not None and hasattr(site, "in_flight"):
+            site.in_flight += change
+            metrics = getattr(site, "metrics", None)
+            if metrics is not None:
+                metrics.in_flight.set(site.in_flight)
 
     def _limit(self) -> int:
         return int(self._site_setting("max_body_bytes", DEFAULT_MAX_BODY_BYTES))
@@ -146,6 +155,7 @@ class KilolockRequest(Request):
         super().process()
 
     def _observe(self, result: object) -> None:
+        self._count_in_flight(-1)
         duration = time.monotonic() - self.arrived
         method = self.method.decode("ascii", "replace") if self.method else "?"
         status = self.code if self.finished else 499

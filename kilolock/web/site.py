@@ -14,7 +14,9 @@ from kilolock.metrics import Metrics
 from kilolock.web._base import NotFoundResource
 from kilolock.web.request import DEFAULT_MAX_BODY_BYTES, KilolockRequest
 from kilolock.web.forwarded import Network
-from kilolock.web.health import HealthResource
+from kilolock.web.discovery import DiscoveryResource
+from kilolock.web.health import HealthResource, ReadinessResource
+from kilolock.web.metrics import MetricsResource
 from kilolock.web.states import StateLane, StatesCollection
 
 
@@ -28,13 +30,21 @@ class _Branch(Resource):
         return NotFoundResource().render(request)
 
 
-def build_root(store: IStateStore, portal: Portal, reactor: Any) -> Resource:
-    """The tree: C{/healthz}, C{/v1/states/...}, C{/v1/state-unlock/...}."""
+def build_root(store: IStateStore, portal: Portal, reactor: Any,
+               metrics: Metrics | None = None, auth_mode: str = "open") -> Resource:
+    """The tree: C{/v1/states/...}, C{/v1/state-unlock/...}, C{/healthz},
+    C{/readyz}, C{/metrics} and C{/.well-known/kilolock}."""
     lane = StateLane(store=store, portal=portal, reactor=reactor)
     root = _Branch()
     v1 = _Branch()
+    well_known = _Branch()
     root.putChild(b"v1", v1)
     root.putChild(b"healthz", HealthResource())
+    root.putChild(b"readyz", ReadinessResource(store))
+    root.putChild(b".well-known", well_known)
+    well_known.putChild(b"kilolock", DiscoveryResource(auth_mode))
+    if metrics is not None:
+        root.putChild(b"metrics", MetricsResource(metrics, store))
     v1.putChild(b"states", StatesCollection(lane))
     v1.putChild(b"state-unlock", StatesCollection(lane, unlock_only=True))
     return root
@@ -52,6 +62,7 @@ class KilolockSite(Site):
                  trusted_proxies: Sequence[Network] = (),
                  metrics: Metrics | None = None, **kwargs: Any) -> None:
         super().__init__(resource, **kwargs)
+        self.in_flight = 0
         self.max_body_bytes = max_body_bytes
         self.request_timeout = request_timeout
         self.trusted_proxies = tuple(trusted_proxies)

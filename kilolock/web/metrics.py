@@ -1,0 +1,27 @@
+"""C{GET /metrics}: Prometheus text exposition of the site's metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from twisted.web.server import Request
+
+from kilolock.interfaces import IStateStore
+from kilolock.metrics import Metrics
+from kilolock.web._base import AsyncResource, Response
+
+
+class MetricsResource(AsyncResource):
+    """Every counter, histogram and gauge of this server."""
+
+    route = "/metrics"
+
+    def __init__(self, metrics: Metrics, store: IStateStore) -> None:
+        super().__init__()
+        self.metrics = metrics
+        self.store = store
+
+    async def do_GET(self, request: Request) -> Response:
+        probe = await self.store.probe()
+        self.metrics.database_up.set(1 if probe.reachable else 0)
+        return Response(200, generate_latest(self.metrics.registry),
+                        CONTENT_TYPE_LATEST.encode())
