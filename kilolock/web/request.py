@@ -12,6 +12,7 @@ from typing import Any
 
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
+from twisted.web.http import HTTPChannel
 from twisted.web.server import Request
 
 from kilolock.web.forwarded import ClientOrigin, client_origin
@@ -31,9 +32,45 @@ class _Discard(io.RawIOBase):
         return len(data)
 
 
+class KilolockChannel(HTTPChannel):
+    """An HTTP/1.1 channel that gives each request C{request_timeout} seconds
+    (the site's) from its first byte to its last: a client trickling its
+    head or its body is disconnected then.  (The idle timeout alone would
+    not do: every byte received resets it.)"""
+
+    _deadline: IDelayedCall | None = None
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._deadline is None and not self._handlingRequest:
+            timeout = getattr(self.site, "request_timeout", None)
+            if timeout:
+                self._deadline = self.callLater(timeout, self._too_slow)
+        super().dataReceived(data)
+
+    def allContentReceived(self) -> None:
+        self._cancel_deadline()
+        super().allContentReceived()
+
+    def connectionLost(self, reason: Any) -> None:
+        self._cancel_deadline()
+        super().connectionLost(reason)
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        self._deadline = None
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        log.info("dropped a client that did not send its request within {timeout} s",
+                 timeout=getattr(self.site, "request_timeout", None))
+        if self.transport is not None:
+            self.transport.abortConnection()
+
+
 class KilolockRequest(Request):
-    """A request that refuses bodies over the site's C{max_body_bytes}, must
-    arrive whole within the site's C{request_timeout}, and is observed once.
+    """A request that refuses bodies over the site's C{max_body_bytes} and is
+    observed once (metrics and an access event).
 
     The body limit is checked against C{Content-Length} before any byte is
     read, and against the running count of a chunked body.  A refused request
@@ -48,7 +85,6 @@ class KilolockRequest(Request):
 
     _received = 0
     _refused = False
-    _deadline: IDelayedCall | None = None
     _peer = "unknown"
     _secure = False
 
@@ -69,10 +105,6 @@ class KilolockRequest(Request):
     # -- receiving --------------------------------------------------------
 
     def gotLength(self, length: int | None) -> None:
-        timeout = self._site_setting("request_timeout", None)
-        call_later = getattr(self.channel, "callLater", None)
-        if timeout and call_later is not None:
-            self._deadline = call_later(timeout, self._too_slow)
         if length is not None and length > self._limit():
             self._refuse()
             return
@@ -89,8 +121,6 @@ class KilolockRequest(Request):
         super().handleContentChunk(data)
 
     def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
-        if self._deadline is not None and self._deadline.active():
-            self._deadline.cancel()
         if self._refused:
             self.channel.loseConnection()
             return
@@ -110,11 +140,6 @@ class KilolockRequest(Request):
 
     def _limit(self) -> int:
         return int(self._site_setting("max_body_bytes", DEFAULT_MAX_BODY_BYTES))
-
-    def _too_slow(self) -> None:
-        log.info("dropped a client that did not send its request within {timeout} s",
-                 timeout=self._site_setting("request_timeout", None))
-        self.channel.transport.abortConnection()
 
     def _refuse(self) -> None:
         self._refused = True

@@ -12,7 +12,7 @@ from twisted.web.server import Site
 from kilolock.interfaces import IStateStore
 from kilolock.metrics import Metrics
 from kilolock.web._base import NotFoundResource
-from kilolock.web.request import DEFAULT_MAX_BODY_BYTES, KilolockRequest
+from kilolock.web.request import DEFAULT_MAX_BODY_BYTES, KilolockChannel, KilolockRequest
 from kilolock.web.forwarded import Network
 from kilolock.web.discovery import DiscoveryResource
 from kilolock.web.health import HealthResource, ReadinessResource
@@ -56,6 +56,7 @@ class KilolockSite(Site):
     structured C{kilolock.access} events (Twisted's own access log is off)."""
 
     requestFactory = KilolockRequest
+    protocol = KilolockChannel
 
     def __init__(self, resource: Resource, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  request_timeout: float | None = None,
