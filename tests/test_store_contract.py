@@ -150,6 +150,14 @@ async def test_provides_istatestore(store: Any) -> None:
 
 
 @pytest_twisted.ensureDeferred
+async def test_probe_reports_a_reachable_current_store(store: Any) -> None:
+    """probe() says the store answers and its schema (if it has one) is current."""
+    probe = await store.probe()
+    assert probe.reachable is True
+    assert probe.schema_current is True
+
+
+@pytest_twisted.ensureDeferred
 async def test_read_of_missing_state_is_none(store: Any) -> None:
     """Reading a state never written gives None, and nothing else exists for it."""
     assert await store.read_current(KEY) is None
@@ -957,6 +965,8 @@ async def test_database_restart_gives_503_then_recovers(private_postgres: Any) -
     assert time.monotonic() - started < 10
     assert (error.status, error.headers()) == (503, {b"Retry-After": b"5"})
     assert store.reachable is False
+    probe = await store.probe()
+    assert (probe.reachable, probe.schema_version) == (False, None)
 
     # A store whose pool cannot start now is rebuilt by its first call later.
     late = postgres_store(dsn)
@@ -969,6 +979,7 @@ async def test_database_restart_gives_503_then_recovers(private_postgres: Any) -
     await write(store, state_body(2))
     assert await until(lambda: late.read_current(KEY), 15) == state_body(2)
     assert store.reachable is True
+    assert (await late.probe()).reachable is True
     await store.stop()
     await late.stop()
     del reactor

@@ -249,6 +249,26 @@ def _session_usable(raw: Any) -> bool:
         return False
 
 
+class _BeginWithFirstStatement:
+    """A txpostgres cursor whose first C{execute} starts the transaction:
+    C{BEGIN; <statement>} is one simple query, answered with the statement's
+    result."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+        self._begun = False
+
+    def execute(self, query: str, params: Any = None) -> Deferred[Any]:
+        if not self._begun:
+            self._begun = True
+            query = "BEGIN; " + query
+        result: Deferred[Any] = self._cursor.execute(query, params)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+
 class _PooledConnection(Connection):  # type: ignore[misc]
     """A txpostgres connection whose connect attempt is abandoned after
     C{connect_timeout} seconds (libpq ignores C{connect_timeout} in
@@ -285,12 +305,13 @@ class _PooledConnection(Connection):  # type: ignore[misc]
     def _runInteraction(self, interaction: Callable[..., Any], *args: Any,
                         **kwargs: Any) -> Deferred[Any]:
         """txpostgres's transaction runner (begin, interaction, commit, or
-        rollback and the original failure), except that a rollback on a
-        connection that is already gone is expected, not logged as an
-        unhandled error with a traceback."""
+        rollback and the original failure), except that BEGIN travels with
+        the interaction's first statement (one round trip less per
+        transaction), and that a rollback on a connection that is already
+        gone is expected, not logged as an unhandled error with a traceback."""
         cursor = self.cursor()
-        running: Deferred[Any] = cursor.execute("begin")
-        running.addCallback(interaction, *args, **kwargs)
+        running: Deferred[Any] = maybeDeferred(interaction, _BeginWithFirstStatement(cursor),
+                                               *args, **kwargs)
 
         def commit(result: Any) -> Deferred[Any]:
             committing: Deferred[Any] = cursor.execute("commit")
