@@ -159,8 +159,10 @@ class _ConnectTimeout(Exception):
 def connection_string(database_url: str, *, statement_timeout: float = STATEMENT_TIMEOUT,
                       connect_timeout: float = CONNECT_TIMEOUT) -> str:
     """C{database_url} (a C{postgresql://} URL or a libpq keyword string) with
-    the session settings Kilolock relies on: UTC, standard-conforming strings,
-    the statement timeout, TCP keepalives and a connect timeout.
+    the session settings Kilolock relies on: UTF-8, UTC, standard-conforming
+    strings, hex bytea output, the statement timeout, a limit on idling inside
+    a transaction (a frozen Kilolock process cannot keep state rows locked
+    for long), TCP keepalives and a connect timeout.
 
     @raise ValueError: the URL is not a connection string (the message never
         repeats it: it may hold a password).
@@ -169,14 +171,17 @@ def connection_string(database_url: str, *, statement_timeout: float = STATEMENT
         params = parse_dsn(database_url)
     except psycopg2.ProgrammingError:
         raise ValueError("the database URL is not a valid PostgreSQL connection string") from None
+    milliseconds = int(statement_timeout * 1000)
     settings = (
-        f"-c statement_timeout={int(statement_timeout * 1000)}"
+        f"-c statement_timeout={milliseconds}"
+        f" -c idle_in_transaction_session_timeout={2 * milliseconds}"
         " -c timezone=UTC -c standard_conforming_strings=on -c bytea_output=hex"
     )
+    # Later -c options win over the URL's own.
     params["options"] = f"{params.get('options', '')} {settings}".strip()
+    params["client_encoding"] = "UTF8"  # the quoting of large values relies on it
     params.setdefault("connect_timeout", str(max(1, round(connect_timeout))))
     params.setdefault("application_name", "kilolock")
-    params.setdefault("client_encoding", "UTF8")
     for name, value in (("keepalives", "1"), ("keepalives_idle", "10"),
                         ("keepalives_interval", "5"), ("keepalives_count", "3")):
         params.setdefault(name, value)
@@ -428,7 +433,6 @@ class PostgresStateStore:
         if database_url is None and embedded is None:
             raise ValueError("a database URL or an embedded PostgreSQL is needed")
         self._reactor = reactor
-        self._database_url = database_url
         self._embedded = embedded
         self._pool_size = pool_size
         self._connect_timeout = connect_timeout
