@@ -469,6 +469,22 @@ def test_paths_reach_kilolock_as_sent_and_nothing_redirects(nginx: Nginx) -> Non
         assert reply.header(b"location") is None, path
 
 
+def test_any_method_reaches_kilolock_through_nginx(nginx: Nginx) -> None:
+    """nginx passes methods it has no use for (LOCK, UNLOCK, FOO) to Kilolock
+    untouched: an unknown one gets Kilolock's JSON 405 with its Allow header,
+    not an error page from nginx."""
+    locked = nginx.request("LOCK", "/v1/states/methods", lock_body("m-1"),
+                           {"Content-Type": "application/json"})
+    unlocked = nginx.request("UNLOCK", "/v1/states/methods", lock_body("m-1"),
+                             {"Content-Type": "application/json"})
+    assert (locked.status, unlocked.status) == (200, 200)
+    unknown = nginx.request("FOO", "/v1/states/methods")
+    assert (unknown.status, unknown.error_code) == (405, "method_not_allowed")
+    assert b"LOCK" in (unknown.header(b"allow") or b"")
+    assert [method for method, _, _ in nginx.accessed("/v1/states/methods")] == [
+        "LOCK", "UNLOCK", "FOO"]
+
+
 def test_body_over_the_limit_is_refused_by_nginx_with_json(
         nginx: Nginx, kilolock_server: KilolockServer) -> None:
     """A Content-Length one byte over 256 MiB is answered 413 with a JSON
