@@ -30,9 +30,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from attrs import frozen
 from fixtures_server import FaultProxy, KilolockServer, poll_until
 from stub_client import Reply, content_md5, lock_body
 from terraform import HttpBackend, Terraform, write_module
+from tls_material import TlsHttpBackend, make_certificates
 
 from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
 
@@ -61,9 +63,21 @@ NO_NGINX = ("nginx is not installed (Debian: apt-get install nginx-light; .ci/ru
             " the reverse-proxy tests need a real nginx")
 
 
-def derive_config(source: str, upstream_port: int, listen_port: int, directory: Path) -> str:
+@frozen
+class NginxTls:
+    """Turn on the commented-out TLS lines of docs/nginx.conf: this port,
+    certificate and key."""
+
+    port: int
+    certificate: Path
+    key: Path
+
+
+def derive_config(source: str, upstream_port: int, listen_port: int, directory: Path,
+                  tls: NginxTls | None = None) -> str:
     """docs/nginx.conf with the upstream and listening ports, the access log
-    and the temporary-file paths moved into C{directory}; nothing else changes."""
+    and the temporary-file paths moved into C{directory}, and with C{tls} its
+    commented-out TLS lines turned on; nothing else changes."""
     temp_paths = "".join(f"\n    {kind}_temp_path {directory / kind};"
                          for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     replacements = [
@@ -73,6 +87,14 @@ def derive_config(source: str, upstream_port: int, listen_port: int, directory: 
         ("access_log /var/log/nginx/kilolock.access.log kilolock;",
          f"access_log {directory / 'access.log'} kilolock;{temp_paths}"),
     ]
+    if tls is not None:
+        replacements += [
+            ("#     listen 443 ssl;", f"listen 127.0.0.1:{tls.port} ssl;"),
+            ("#     ssl_certificate     /etc/ssl/kilolock/fullchain.pem;",
+             f"ssl_certificate {tls.certificate};"),
+            ("#     ssl_certificate_key /etc/ssl/kilolock/privkey.pem;",
+             f"ssl_certificate_key {tls.key};"),
+        ]
     for old, new in replacements:
         count = source.count(old)
         assert count == 1, (f"docs/nginx.conf must contain {old!r} exactly once (found {count}):"
@@ -113,10 +135,14 @@ _ACCESS_LINE = re.compile(r'"(?P<method>[A-Z_-]+) (?P<target>\S+) HTTP/[\d.]+" (
 class Nginx:
     """One nginx process running the derived docs/nginx.conf in C{directory}."""
 
-    def __init__(self, binary: str, upstream_port: int, directory: Path) -> None:
+    def __init__(self, binary: str, upstream_port: int, directory: Path,
+                 tls_files: tuple[Path, Path] | None = None) -> None:
+        """C{tls_files}: (certificate, key) to serve HTTPS too, on L{tls_port}."""
         self.binary = binary
         self.upstream_port = upstream_port
         self.directory = directory
+        self.tls_files = tls_files
+        self.tls_port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
 
@@ -147,9 +173,13 @@ class Nginx:
         # again if someone else took it in between.
         for _attempt in range(5):
             self.port = free_port()
+            tls = None
+            if self.tls_files is not None:
+                self.tls_port = free_port()
+                tls = NginxTls(self.tls_port, *self.tls_files)
             config = self.directory / "nginx.conf"
             config.write_text(derive_config(NGINX_CONF.read_text(), self.upstream_port,
-                                            self.port, self.directory))
+                                            self.port, self.directory, tls))
             globals_ = (f"daemon off; pid {self.directory / 'nginx.pid'};"
                         f" error_log {self.error_log} info;")
             with (self.directory / "nginx.out").open("wb") as out:
@@ -216,20 +246,21 @@ class _PortTaken(Exception):
     """nginx could not bind the port picked for it."""
 
 
-NginxFactory = Callable[[int], Nginx]
+NginxFactory = Callable[..., Nginx]
 
 
 @pytest.fixture
 def nginx_factory(tmp_path: Path) -> Iterator[NginxFactory]:
-    """C{factory(upstream_port)} starts an nginx in front of that port; all
-    are stopped at the end.  Skips the test when nginx is not installed."""
+    """C{factory(upstream_port, tls_files=None)} starts an nginx in front of
+    that port; all are stopped at the end.  Skips the test when nginx is not
+    installed."""
     if NGINX is None:
         pytest.skip(NO_NGINX)
     binary = NGINX
     started: list[Nginx] = []
 
-    def factory(upstream_port: int) -> Nginx:
-        proxy = Nginx(binary, upstream_port, tmp_path / f"nginx-{len(started)}")
+    def factory(upstream_port: int, tls_files: tuple[Path, Path] | None = None) -> Nginx:
+        proxy = Nginx(binary, upstream_port, tmp_path / f"nginx-{len(started)}", tls_files)
         started.append(proxy)
         return proxy.start()
 
@@ -410,6 +441,31 @@ def test_lock_conflict_and_force_unlock_through_nginx(
             if method == "UNLOCK"] == [200]
     tf.apply().check()
     assert_unlocked(kilolock_server, "stuck")
+
+
+@pytest.mark.terraform
+def test_terraform_through_tls_terminated_at_nginx(
+        nginx_factory: NginxFactory, kilolock_server: KilolockServer,
+        fault_proxy_factory: Callable[[int], FaultProxy], tmp_path: Path) -> None:
+    """With the TLS lines of docs/nginx.conf turned on, Terraform applies over
+    https to nginx (trusting the CA through client_ca_certificate_pem) while
+    Kilolock serves plain HTTP behind it and is told X-Forwarded-Proto: https."""
+    certificates = make_certificates(tmp_path / "tls")
+    recorder = fault_proxy_factory(kilolock_server.port)  # nginx -> recorder -> Kilolock
+    proxy = nginx_factory(recorder.port, tls_files=(certificates.cert_path,
+                                                    certificates.key_path))
+    base_url = f"https://127.0.0.1:{proxy.tls_port}"
+    backend = TlsHttpBackend.for_state(base_url, "edge-tls",
+                                       client_ca_certificate_pem=certificates.ca_pem)
+    tf = make_terraform(tmp_path, "main", backend)
+    tf.init().check()
+    tf.apply().check()
+
+    assert json.loads(kilolock_server.request("GET", "/v1/states/edge-tls").body)["serial"] == 1
+    exchanges = recorder.seen(path="/v1/states/edge-tls")
+    assert {exchange.method for exchange in exchanges} >= {"GET", "LOCK", "POST", "UNLOCK"}
+    assert {exchange.header("X-Forwarded-Proto") for exchange in exchanges} == {"https"}
+    assert_unlocked(kilolock_server, "edge-tls")
 
 
 # -- what nginx forwards ------------------------------------------------------------
