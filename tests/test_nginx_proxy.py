@@ -28,6 +28,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from attrs import frozen
@@ -471,13 +472,13 @@ def test_terraform_through_tls_terminated_at_nginx(
 # -- what nginx forwards ------------------------------------------------------------
 
 
-def test_nginx_forwards_the_request_line_headers_and_a_streamed_chunked_body(
+def test_nginx_forwards_the_request_line_headers_and_a_whole_chunked_body(
         nginx_factory: NginxFactory, kilolock_server: KilolockServer,
         fault_proxy_factory: Callable[[int], FaultProxy]) -> None:
     """Behind nginx Kilolock gets the client's request line unchanged,
     X-Forwarded-For with the client appended, X-Forwarded-Proto, the
-    client's Host, a kept-alive connection, and an empty chunked body still
-    chunked (request bodies are streamed, not spooled)."""
+    client's Host, a kept-alive connection, and a chunked body that arrived
+    in pieces as one body with a Content-Length (request bodies are buffered)."""
     recorder = fault_proxy_factory(kilolock_server.port)  # nginx -> recorder -> Kilolock
     proxy = nginx_factory(recorder.port)
 
@@ -492,7 +493,7 @@ def test_nginx_forwards_the_request_line_headers_and_a_streamed_chunked_body(
     assert forwarded.header("Connection") is None  # keep-alive to the upstream
 
     # Headers first, the terminating zero-length chunk a moment later: a
-    # streaming proxy has already forwarded the request by then.
+    # streaming proxy would have forwarded the request (chunked) by then.
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
         sock.sendall(b"UNLOCK /v1/states/fwd HTTP/1.1\r\nHost: kilolock.test\r\n"
                      b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
@@ -505,7 +506,68 @@ def test_nginx_forwards_the_request_line_headers_and_a_streamed_chunked_body(
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 200 ")
     [unlock] = recorder.seen("UNLOCK", "/v1/states/fwd")
-    assert (unlock.chunked, unlock.body, unlock.status) == (True, b"", 200)
+    assert (unlock.chunked, unlock.body, unlock.status) == (False, b"", 200)
+    assert unlock.header("Content-Length") == "0"
+    assert unlock.header("Transfer-Encoding") is None
+
+
+def trickle_post(port: int, path: str, body: bytes, pieces: int, pause: float,
+                 source: str = "127.0.0.1") -> int | None:
+    """POST C{body} in C{pieces} parts C{pause} seconds apart; the answer's
+    status, or None when the server cut the connection instead."""
+    head = (f"POST {path} HTTP/1.1\r\nHost: kilolock.test\r\n"
+            f"Content-Type: application/json\r\nContent-MD5: {content_md5(body)}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    step = -(-len(body) // pieces)
+    answer = b""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30,
+                                      source_address=(source, 0)) as sock:
+            sock.sendall(head)
+            for start in range(0, len(body), step):
+                time.sleep(pause)
+                sock.sendall(body[start:start + step])
+            while chunk := sock.recv(65536):
+                answer += chunk
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    match = re.match(rb"HTTP/1\.1 (\d{3}) ", answer)
+    return int(match.group(1)) if match else None
+
+
+def test_nginx_absorbs_an_upload_slower_than_kilolocks_request_deadline(
+        nginx_factory: NginxFactory, kilolock_server_factory: Any) -> None:
+    """An upload that takes longer than Kilolock's request deadline
+    (--request-timeout) is cut when sent to Kilolock directly, but succeeds
+    through nginx, which takes the body at the client's pace and hands it on
+    whole (proxy_request_buffering on)."""
+    server = kilolock_server_factory(args=("--request-timeout", "1.5"))
+    proxy = nginx_factory(server.port)
+    body = big_state(300 * 1024)
+    assert trickle_post(server.port, "/v1/states/slow", body, pieces=6, pause=0.5) is None
+    assert trickle_post(proxy.port, "/v1/states/slow", body, pieces=6, pause=0.5) == 200
+    stored = server.request("GET", "/v1/states/slow")
+    assert (stored.status, stored.body) == (200, body)
+
+
+def test_kilolock_sees_the_client_address_through_nginx_when_it_trusts_it(
+        nginx_factory: NginxFactory, kilolock_server_factory: Any) -> None:
+    """With --trusted-proxy naming nginx's address, Kilolock logs the
+    client's own address (from X-Forwarded-For) instead of nginx's."""
+    server = kilolock_server_factory(args=("--trusted-proxy", "127.0.0.1/32"))
+    proxy = nginx_factory(server.port)
+    # The client connects from another loopback address than nginx's.
+    connection = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10,
+                                            source_address=("127.0.0.2", 0))
+    try:
+        connection.request("GET", "/v1/states/whoami")
+        assert connection.getresponse().status == 404
+    finally:
+        connection.close()
+    log = poll_until(lambda: [line for line in server.log_text().splitlines()
+                              if "/v1/states/" in line and "GET" in line], 10.0,
+                     "Kilolock to log the request")
+    assert "client=127.0.0.2" in log[-1], log
 
 
 def test_paths_reach_kilolock_as_sent_and_nothing_redirects(nginx: Nginx) -> None:
