@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from typing import Any
 
-from kilolock.model import AuditEvent, rfc3339
+from kilolock.model import AuditEvent, LockInfo, Principal, rfc3339
 
 #: The C{prev_hash} of a tenant's first event.
 GENESIS = "0" * 64
@@ -46,3 +47,25 @@ def first_broken_link(events: Iterable[AuditEvent]) -> AuditEvent | None:
         previous = event.hash
         expected_seq += 1
     return None
+
+
+# -- what each state-lane event records (the same in every store) ---------------
+
+
+def _client(principal: Principal) -> dict[str, Any]:
+    return {"client": principal.address} if principal.address else {}
+
+
+def write_detail(number: int, size: int, principal: Principal) -> dict[str, Any]:
+    """Detail of a C{state_write} event: the version number and size."""
+    return {"version": number, "size": size, **_client(principal)}
+
+
+def delete_detail(versions: int, principal: Principal) -> dict[str, Any]:
+    """Detail of a C{state_delete} event: how many versions were deleted."""
+    return {"versions": versions, **_client(principal)}
+
+
+def lock_detail(info: LockInfo, principal: Principal) -> dict[str, Any]:
+    """Detail of lock events: the holder's Who and Operation, never the Info."""
+    return {"who": info.who, "operation": info.operation, **_client(principal)}

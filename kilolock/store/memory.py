@@ -16,7 +16,7 @@ from attrs import define, evolve, field
 from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
-from kilolock.audit import GENESIS, event_hash
+from kilolock.audit import GENESIS, delete_detail, event_hash, lock_detail, write_detail
 from kilolock.errors import LockConflict, LockNotHeld, SerialConflict, StateNotFound
 from kilolock.interfaces import IStateStore
 from kilolock.model import (
@@ -131,8 +131,7 @@ class MemoryStateStore:
             state.updated_at = now
             self._append_event(key.tenant, STATE_WRITE, principal.name, key.path, now,
                                lock_id=lock_id, serial=meta.serial, sha256=meta.sha256,
-                               detail={"version": number, "size": meta.size,
-                                       **_client(principal)})
+                               detail=write_detail(number, meta.size, principal))
             return WriteOutcome(version=meta, created=True)
 
         return _run(write)
@@ -147,7 +146,7 @@ class MemoryStateStore:
             del self._states[key]
             self._append_event(key.tenant, STATE_DELETE, principal.name, key.path,
                                self.clock(), lock_id=lock_id,
-                               detail={"versions": len(state.versions), **_client(principal)})
+                               detail=delete_detail(len(state.versions), principal))
 
         return _run(delete)
 
@@ -164,7 +163,7 @@ class MemoryStateStore:
                 raise LockConflict(state.lock.info.raw, status=423)
             state.lock = HeldLock(info=info, acquired_at=now, principal=principal.name)
             self._append_event(key.tenant, LOCK_ACQUIRE, principal.name, key.path, now,
-                               lock_id=info.id, detail=_lock_detail(info, principal))
+                               lock_id=info.id, detail=lock_detail(info, principal))
             return True
 
         return _run(acquire)
@@ -183,7 +182,7 @@ class MemoryStateStore:
             kind = LOCK_RELEASE if lock_id is not None else LOCK_FORCE_RELEASE
             self._append_event(key.tenant, kind, principal.name, key.path, self.clock(),
                                lock_id=held.info.id,
-                               detail=_lock_detail(held.info, principal))
+                               detail=lock_detail(held.info, principal))
             return held
 
         return _run(release)
@@ -285,12 +284,3 @@ class MemoryStateStore:
         event = evolve(event, hash=event_hash(event))
         chain.append(event)
         return event
-
-
-def _lock_detail(info: LockInfo, principal: Principal) -> dict[str, Any]:
-    return {"who": info.who, "operation": info.operation, **_client(principal)}
-
-
-def _client(principal: Principal) -> dict[str, Any]:
-    """The client address of an event, when known."""
-    return {"client": principal.address} if principal.address else {}

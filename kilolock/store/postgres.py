@@ -64,7 +64,7 @@ from txpostgres.retrying import simpleBackoffIterator
 from txpostgres.txpostgres import Connection, ConnectionPool, RollbackFailed
 from zope.interface import implementer
 
-from kilolock.audit import event_hash
+from kilolock.audit import delete_detail, event_hash, lock_detail, write_detail
 from kilolock.errors import (
     KilolockError,
     LockConflict,
@@ -775,7 +775,7 @@ class PostgresStateStore:
         await self._replace_projection_txn(cursor, state_id, version_id, prepared)
         await self._append_event_txn(cursor, key.tenant, STATE_WRITE, principal.name, key.path,
                                      now, lock_id=lock_id, serial=serial, sha256=upload.sha256,
-                                     detail={"version": version.number, "size": version.size})
+                                     detail=write_detail(version.number, version.size, principal))
         return WriteOutcome(version=version, created=True)
 
     def delete_state(self, key: StateKey, lock_id: str | None,
@@ -800,7 +800,8 @@ class PostgresStateStore:
         (version_count,) = cursor.fetchone()
         await cursor.execute("DELETE FROM states WHERE id = %s", (state_id,))
         await self._append_event_txn(cursor, key.tenant, STATE_DELETE, principal.name, key.path,
-                                     now, lock_id=lock_id, detail={"versions": version_count})
+                                     now, lock_id=lock_id,
+                                     detail=delete_detail(version_count, principal))
 
     def acquire_lock(self, key: StateKey, info: LockInfo,
                      principal: Principal) -> Deferred[bool]:
@@ -823,7 +824,7 @@ class PostgresStateStore:
             if cursor.fetchone() is not None:
                 await self._append_event_txn(cursor, key.tenant, LOCK_ACQUIRE, principal.name,
                                              key.path, now, lock_id=info.id,
-                                             detail=_lock_detail(info))
+                                             detail=lock_detail(info, principal))
                 return True
             # Not taken: the state does not exist yet, or a lock is held (or
             # was, and has just been released: then simply try again).
@@ -869,7 +870,7 @@ class PostgresStateStore:
         kind = LOCK_RELEASE if lock_id is not None else LOCK_FORCE_RELEASE
         await self._append_event_txn(cursor, key.tenant, kind, principal.name, key.path,
                                      self.clock(), lock_id=released.info.id,
-                                     detail=_lock_detail(released.info))
+                                     detail=lock_detail(released.info, principal))
         return released
 
     def get_lock(self, key: StateKey) -> Deferred[HeldLock | None]:
@@ -1279,10 +1280,6 @@ def _event(row: Any) -> AuditEvent:
     return AuditEvent(seq=seq, tenant=tenant, kind=kind, state_path=state_path,
                       principal=principal, at=_utc(at), lock_id=lock_id, serial=serial,
                       sha256=sha256, detail=detail, prev_hash=prev_hash, hash=hash_)
-
-
-def _lock_detail(info: LockInfo) -> dict[str, Any]:
-    return {"who": info.who, "operation": info.operation}
 
 
 def _canonical_json(text: str | None) -> str | None:
