@@ -42,9 +42,9 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4)"]
 
 # -n: stay in the foreground, log to stdout (docker logs).
-# --pidfile=: no pidfile.  twistd's default ./twistd.pid would survive a
-#   `docker restart` and name PID 1, so the restarted twistd (PID 1 again)
-#   would refuse to start ("Another twistd server is running").
+# --pidfile=: no pidfile.  After an unclean stop twistd's default
+#   ./twistd.pid would be left behind naming PID 1, and the restarted twistd
+#   (PID 1 again) would refuse to start ("Another twistd server is running").
 # Options after `kilolock` are Kilolock's; all others come from KL_*
 # variables (KL_DATABASE_URL, KL_AUTH_MODE, KL_AUTH_TOKEN, ...).
 # `docker stop` sends SIGTERM: twistd shuts down cleanly.
