@@ -82,6 +82,7 @@ def derive_config(source: str, upstream_port: int, listen_port: int, directory: 
     temp_paths = "".join(f"\n    {kind}_temp_path {directory / kind};"
                          for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     replacements = [
+        # One worker: fewer processes, and the order Nginx.accessed relies on.
         ("worker_processes auto;", "worker_processes 1;"),
         ("server 127.0.0.1:8080;", f"server 127.0.0.1:{upstream_port};"),
         ("listen 80;", f"listen 127.0.0.1:{listen_port};"),
@@ -146,6 +147,7 @@ class Nginx:
         self.tls_port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
+        self._barriers = 0
 
     @property
     def error_log(self) -> Path:
@@ -230,17 +232,31 @@ class Nginx:
         assert self.port is not None
         return http_request(self.port, method, path, body, headers, timeout)
 
-    def accessed(self, path: str | None = None) -> list[tuple[str, str, int]]:
-        """(method, target, status) of every request nginx logged, of C{path}
-        (without its query string) only when given."""
+    def _logged(self) -> list[tuple[str, str, int]]:
         entries = []
         for line in self.access_log.read_text(errors="replace").splitlines():
             match = _ACCESS_LINE.search(line)
             assert match, f"unexpected access log line: {line!r}"
-            target = match["target"]
-            if path is None or target.split("?", 1)[0] == path:
-                entries.append((match["method"], target, int(match["status"])))
+            entries.append((match["method"], match["target"], int(match["status"])))
         return entries
+
+    def accessed(self, path: str | None = None) -> list[tuple[str, str, int]]:
+        """(method, target, status) of every request nginx logged, of C{path}
+        (without its query string) only when given.
+
+        nginx writes a request's log line just after its answer, so a client
+        can read the answer before the line exists.  A barrier request
+        settles that: the one worker (the derived configuration has one)
+        handles it only after it has finished, and logged, every earlier
+        answer."""
+        self._barriers += 1
+        barrier = f"/healthz?log-barrier={self._barriers}"
+        assert self.request("GET", barrier, timeout=10).status == 200
+        poll_until(lambda: ("GET", barrier, 200) in self._logged(), 10.0,
+                   "nginx to log the barrier request")
+        return [entry for entry in self._logged()
+                if "log-barrier=" not in entry[1]
+                and (path is None or entry[1].split("?", 1)[0] == path)]
 
 
 class _PortTaken(Exception):
