@@ -84,6 +84,9 @@ class StoreVariant:
 
 SERVER_STORES: dict[str, StoreVariant] = {
     "memory": StoreVariant(lambda request: StoreLaunch(("--store", "memory"))),
+    "postgres": StoreVariant(lambda request: StoreLaunch(
+        ("--store", "postgres", "--database", request.getfixturevalue("postgres_dsn"))),
+        marks=(pytest.mark.postgres,)),
 }
 
 
