@@ -7,7 +7,7 @@ the environment, which wins over the default.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from attrs import frozen
@@ -34,6 +34,8 @@ LOG_FORMATS = ("text", "json")
 DEFAULT_REQUEST_TIMEOUT = 300.0
 DEFAULT_IDLE_TIMEOUT = 75.0
 DEFAULT_SHUTDOWN_GRACE = 30.0
+#: Seconds closing connections may take once no request is in flight.
+CLOSE_GRACE = 5.0
 
 
 @frozen
@@ -230,19 +232,32 @@ class KilolockService(MultiService):
     def stopService(self) -> Deferred[None]:
         Service.stopService(self)
         stopping: Deferred[Any] = maybeDeferred(self.web_service.stopService)
-        stopping.addCallback(lambda _: self._drain())
+        stopping.addCallback(lambda _: self._wait_until(
+            lambda: self.site.receiving + self.site.in_flight == 0, self.grace,
+            "stopping with requests still in flight"))
+        stopping.addCallback(lambda _: self._close_connections())
         stopping.addCallback(lambda _: self.store_service.stopService())
         return stopping
 
-    def _drain(self) -> Deferred[None]:
-        deadline = self.clock.seconds() + self.grace
+    def _close_connections(self) -> Deferred[None]:
+        """Close every connection gently (answers already written are flushed
+        first), so the last acknowledgements reach their clients."""
+        for channel in list(self.site.connections):
+            channel.loseConnection()
+        return self._wait_until(lambda: not self.site.connections, CLOSE_GRACE,
+                                "connections did not close in time")
+
+    def _wait_until(self, done: Callable[[], bool], seconds: float,
+                    warning: str) -> Deferred[None]:
+        """Fires when C{done()} is true, or after C{seconds} (logging C{warning})."""
+        deadline = self.clock.seconds() + seconds
         finished: Deferred[None] = Deferred()
 
         def check() -> None:
-            if self.site.in_flight == 0 or self.clock.seconds() >= deadline:
-                if self.site.in_flight:
-                    log.warn("stopping with {count} requests still in flight",
-                             count=self.site.in_flight)
+            if done():
+                finished.callback(None)
+            elif self.clock.seconds() >= deadline:
+                log.warn(warning)
                 finished.callback(None)
             else:
                 self.clock.callLater(0.05, check)

@@ -32,6 +32,12 @@ class _Discard(io.RawIOBase):
         return len(data)
 
 
+def _count(site: Any, counter: str, change: int) -> None:
+    """Move one of a L{KilolockSite}'s request counters (other sites have none)."""
+    if site is not None and hasattr(site, counter):
+        setattr(site, counter, getattr(site, counter) + change)
+
+
 class KilolockChannel(HTTPChannel):
     """An HTTP/1.1 channel that gives each request C{request_timeout} seconds
     (the site's) from its first byte to its last: a client trickling its
@@ -39,23 +45,40 @@ class KilolockChannel(HTTPChannel):
     not do: every byte received resets it.)"""
 
     _deadline: IDelayedCall | None = None
+    _receiving = False
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        connections = getattr(self.site, "connections", None)
+        if connections is not None:
+            connections.add(self)
 
     def dataReceived(self, data: bytes) -> None:
-        if self._deadline is None and not self._handlingRequest:
+        if not self._receiving and not self._handlingRequest:
+            # The first byte of a request: it counts as in flight from now
+            # on (a graceful shutdown waits for it), and its deadline starts.
+            self._receiving = True
+            _count(self.site, "receiving", +1)
             timeout = getattr(self.site, "request_timeout", None)
             if timeout:
                 self._deadline = self.callLater(timeout, self._too_slow)
         super().dataReceived(data)
 
     def allContentReceived(self) -> None:
-        self._cancel_deadline()
+        self._end_receiving()
         super().allContentReceived()
 
     def connectionLost(self, reason: Any) -> None:
-        self._cancel_deadline()
+        self._end_receiving()
+        connections = getattr(self.site, "connections", None)
+        if connections is not None:
+            connections.discard(self)
         super().connectionLost(reason)
 
-    def _cancel_deadline(self) -> None:
+    def _end_receiving(self) -> None:
+        if self._receiving:
+            self._receiving = False
+            _count(self.site, "receiving", -1)
         if self._deadline is not None and self._deadline.active():
             self._deadline.cancel()
         self._deadline = None
@@ -131,12 +154,10 @@ class KilolockRequest(Request):
         super().requestReceived(command, path, version)
 
     def _count_in_flight(self, change: int) -> None:
-        site = self._kilolock_site
-        if site is not None and hasattr(site, "in_flight"):
-            site.in_flight += change
-            metrics = getattr(site, "metrics", None)
-            if metrics is not None:
-                metrics.in_flight.set(site.in_flight)
+        _count(self._kilolock_site, "in_flight", change)
+        metrics = self._site_setting("metrics", None)
+        if metrics is not None:
+            metrics.in_flight.set(self._kilolock_site.in_flight)
 
     def _limit(self) -> int:
         return int(self._site_setting("max_body_bytes", DEFAULT_MAX_BODY_BYTES))

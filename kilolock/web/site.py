@@ -63,7 +63,11 @@ class KilolockSite(Site):
                  trusted_proxies: Sequence[Network] = (),
                  metrics: Metrics | None = None, **kwargs: Any) -> None:
         super().__init__(resource, **kwargs)
+        #: Requests whose bytes are arriving, and requests being processed.
+        self.receiving = 0
         self.in_flight = 0
+        #: Open connections (closed gently, answers flushed, on shutdown).
+        self.connections: set[Any] = set()
         self.max_body_bytes = max_body_bytes
         self.request_timeout = request_timeout
         self.trusted_proxies = tuple(trusted_proxies)
