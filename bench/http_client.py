@@ -27,7 +27,7 @@ class Connection:
         if body:
             head.append("Content-Type: application/json")
             if md5:
-                digest = base64.b64encode(hashlib.md5(body).digest()).decode()  # noqa: S324
+                digest = base64.b64encode(hashlib.md5(body).digest()).decode()
                 head.append(f"Content-Md5: {digest}")
         self.writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
         if body:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from http_client import Connection  # noqa: E402
-from servers import peak_rss_bytes, running  # noqa: E402
+from http_client import Connection
+from servers import peak_rss_bytes, running
 
 PROVIDER = 'provider["registry.terraform.io/hashicorp/aws"]'
 

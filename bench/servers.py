@@ -27,7 +27,7 @@ def wait_ready(port: int, path: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2):  # noqa: S310
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2):
                 return
         except OSError as error:
             if getattr(error, "code", None) is not None:  # an HTTP answer: up
@@ -79,7 +79,7 @@ def _wait_store(port: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/states/warmup", timeout=5)  # noqa: S310
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/states/warmup", timeout=5)
             return
         except OSError as error:
             if getattr(error, "code", None) == 404:

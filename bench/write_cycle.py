@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from http_client import Connection  # noqa: E402
-from servers import running  # noqa: E402
+from http_client import Connection
+from servers import running
 
 PROVIDER = 'provider["terraform.io/builtin/terraform"]'
 
@@ -116,7 +116,8 @@ def main() -> None:
                     rounds.append(asyncio.run(measure(port, clients, args.seconds, template,
                                                       tag, server == "floor")))
                 results[(server, clients)] = statistics.median(rounds)
-                print(f"{server:9s} clients={clients:3d} cycles/s median={results[(server, clients)]:8.1f}"
+                median = results[(server, clients)]
+                print(f"{server:9s} clients={clients:3d} cycles/s median={median:8.1f}"
                       f"  rounds={', '.join(f'{r:.1f}' for r in rounds)}", flush=True)
     print()
     print("| clients | " + " | ".join(servers) + " | " +

@@ -38,7 +38,7 @@ class InvalidPath(BadRequest):
         self.rule = rule
 
     @property  # type: ignore[override]
-    def code(self) -> str:  # noqa: D401 - property standing in for the class attribute
+    def code(self) -> str:
         return self.rule
 
 
@@ -81,7 +81,8 @@ class MethodNotAllowed(KilolockError):
     code = "method_not_allowed"
 
     def __init__(self, allowed: list[bytes]) -> None:
-        super().__init__("method not allowed here; allowed: " + ", ".join(m.decode() for m in allowed))
+        super().__init__(
+            "method not allowed here; allowed: " + ", ".join(m.decode() for m in allowed))
         self.allowed = allowed
 
     def headers(self) -> dict[bytes, bytes]:

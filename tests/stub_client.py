@@ -87,7 +87,7 @@ class StubClient:
 
 
 def content_md5(body: bytes) -> str:
-    return base64.b64encode(hashlib.md5(body).digest()).decode()  # noqa: S324
+    return base64.b64encode(hashlib.md5(body).digest()).decode()
 
 
 def terraform_headers(body: bytes) -> dict[str, str]:

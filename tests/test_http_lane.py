@@ -10,11 +10,11 @@ import json
 from typing import Any
 
 import pytest
+from stub_client import StubClient, content_md5, lock_body, state_body, terraform_headers
 from twisted.internet.defer import fail
 
 from kilolock.model import DEFAULT_TENANT, StateKey
 from kilolock.store.memory import MemoryStateStore
-from stub_client import StubClient, content_md5, lock_body, state_body, terraform_headers
 
 STATE = "/v1/states/example"
 KEY = StateKey(DEFAULT_TENANT, "example")

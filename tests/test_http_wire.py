@@ -4,6 +4,7 @@ large states parsed off the reactor thread."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from collections.abc import Iterator
@@ -12,12 +13,12 @@ from typing import Any
 import pytest
 import pytest_twisted
 import treq
+from stub_client import content_md5, lock_body, state_body
 
 from kilolock.auth import OpenChecker, build_portal
 from kilolock.model import DEFAULT_TENANT, StateKey
 from kilolock.store.memory import MemoryStateStore
 from kilolock.web.site import KilolockSite, build_root
-from stub_client import content_md5, lock_body, state_body
 
 LIMIT = 64 * 1024
 
@@ -44,10 +45,8 @@ def server() -> Iterator[Server]:
 def raw_exchange(port: int, payload: bytes, read_timeout: float = 10.0) -> bytes:
     """Send raw bytes, read until the server closes or the response is complete."""
     with socket.create_connection(("127.0.0.1", port), timeout=read_timeout) as sock:
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
         chunks = []
         while True:
             try:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import pytest_twisted
 import treq
+from stub_client import lock_body, state_body
 from twisted.internet.defer import Deferred, succeed
 from twisted.logger import globalLogPublisher
 
@@ -24,7 +25,6 @@ from kilolock.store.memory import MemoryStateStore
 from kilolock.tap import Settings, make_service_from_settings
 from kilolock.web.forwarded import client_origin, parse_networks
 from kilolock.web.health import server_conditions
-from stub_client import lock_body, state_body
 
 
 class Server:
