@@ -7,7 +7,7 @@ never knows about requests.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
         LockInfo,
         Principal,
         Projection,
+        ResourceMatch,
+        ResourceQuery,
         StateKey,
         StateSummary,
         StateUpload,
@@ -62,7 +64,8 @@ class IStateStore(Interface):
         """
 
     def write_state(key: StateKey, upload: StateUpload, lock_id: str | None,
-                    principal: Principal) -> Deferred[WriteOutcome]:
+                    principal: Principal, event_kind: str = "state_write",
+                    event_detail: Mapping[str, Any] | None = None) -> Deferred[WriteOutcome]:
         """Store C{upload} (a L{StateUpload}) as the new current version.
 
         The lock matrix: with C{lock_id} (a str) the lock must be held with
@@ -73,7 +76,8 @@ class IStateStore(Interface):
         Otherwise a serial equal to the I{current} version's serial is a
         L{SerialConflict}, and any other serial (lower ones included: C{state
         push -force}) becomes a new current version.  Writes one C{state_write}
-        event.
+        event (C{event_kind} names another kind, e.g. C{state_rollback}, and
+        C{event_detail} adds keys to its detail, e.g. the restored version).
 
         @return: a Deferred firing with a L{WriteOutcome}.
         """
@@ -130,6 +134,13 @@ class IStateStore(Interface):
         """@return: a Deferred firing with the L{Projection} of the current
         version, or None when there is no current version or it was not
         projected (an encrypted envelope)."""
+
+    def query_resources(tenant: str, query: ResourceQuery) -> Deferred[list[ResourceMatch]]:
+        """The resource rows of the current versions of C{tenant}'s states that
+        match C{query} (a L{ResourceQuery}), ordered by state path then state
+        order, at most C{query.limit} of them.
+
+        @return: a Deferred firing with a list of L{ResourceMatch}."""
 
     def list_events(tenant: str, state_path: str | None = None,
                     kinds: Iterable[str] | None = None, since: datetime | None = None,

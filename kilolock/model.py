@@ -273,3 +273,43 @@ STATE_DELETE = "state_delete"
 LOCK_ACQUIRE = "lock_acquire"
 LOCK_RELEASE = "lock_release"
 LOCK_FORCE_RELEASE = "lock_force_release"
+
+
+# -- the KL-native lane (issue 6) ---------------------------------------------
+
+#: Event kind of a rollback: an older version restored as a new one.
+STATE_ROLLBACK = "state_rollback"
+
+
+@frozen
+class ResourceQuery:
+    """What L{IStateStore.query_resources} looks for across a tenant's states
+    (current versions only).  Every criterion that is not None must match.
+
+    C{address} is a pattern where C{*} matches any run of characters (and
+    nothing else is special: C{[0]} and C{["key"]} are literal).
+    C{module} is the exact module path (C{""} for the root module).
+    C{attribute} is C{(path, value)}: the attribute at the dotted C{path}
+    (C{tags.Name}) is a JSON scalar whose text is C{value} (strings as
+    themselves, numbers and booleans as JSON spells them).  Redacted values
+    read C{"(sensitive)"}, so a secret can never be found by guessing it.
+    C{path_prefix} restricts the query to states whose path starts with it
+    (a token scoped to one workspace/environment); C{state_path} to one state.
+    """
+
+    type: str | None = None
+    address: str | None = None
+    module: str | None = None
+    attribute: tuple[str, str] | None = None
+    path_prefix: str | None = None
+    state_path: str | None = None
+    limit: int = 1000
+
+
+@frozen
+class ResourceMatch:
+    """One resource row found by a L{ResourceQuery}, with the state it is in."""
+
+    state_path: str
+    version: int
+    resource: ResourceRow

@@ -30,6 +30,7 @@ from zope.interface.verify import verifyObject
 
 from kilolock.audit import GENESIS, event_hash, first_broken_link
 from kilolock.errors import (
+    BadRequest,
     LockConflict,
     LockNotHeld,
     SerialConflict,
@@ -43,12 +44,15 @@ from kilolock.model import (
     LOCK_FORCE_RELEASE,
     LOCK_RELEASE,
     STATE_DELETE,
+    STATE_ROLLBACK,
     STATE_WRITE,
     LockInfo,
     Principal,
+    ResourceQuery,
     StateKey,
     StateUpload,
 )
+from kilolock.resource_query import MAX_LIMIT
 from kilolock.store.memory import MemoryStateStore
 from kilolock.tfstate import parse_state
 
@@ -765,6 +769,162 @@ async def test_concurrent_locks_have_exactly_one_winner(store: Any) -> None:
     assert all(failure.check(LockConflict) for failure in conflicts)
     assert all(failure.value.status == 423 for failure in conflicts)
     assert await kinds_of_events(store) == [LOCK_ACQUIRE]
+
+
+# -- the KL-native lane: rollback events and resource queries -----------------
+
+
+def resource(type_: str, name: str, instances: list[dict[str, Any]],
+             module: str | None = None, mode: str = "managed") -> dict[str, Any]:
+    doc: dict[str, Any] = {"mode": mode, "type": type_, "name": name,
+                           "provider": 'provider["terraform.io/builtin/terraform"]',
+                           "instances": instances}
+    if module is not None:
+        doc["module"] = module
+    return doc
+
+
+def instance(attributes: dict[str, Any], index_key: Any = None,
+             sensitive: list[str] = ()) -> dict[str, Any]:
+    doc: dict[str, Any] = {"schema_version": 0, "attributes": attributes,
+                           "sensitive_attributes": [[{"type": "get_attr", "value": name}]
+                                                    for name in sensitive]}
+    if index_key is not None:
+        doc["index_key"] = index_key
+    return doc
+
+
+#: A state with root, module, data, counted and keyed resources.
+QUERY_STATE = state_body(3, resources=[
+    resource("terraform_data", "web", [
+        instance({"id": "w0", "input": "blue", "tags": {"Name": "web-0"}, "port": 80,
+                  "on": True, "list": ["a", "b"]}, index_key=0),
+        instance({"id": "w1", "input": "green", "tags": {"Name": "web-1"}, "port": 81,
+                  "on": False, "list": []}, index_key=1),
+    ]),
+    resource("terraform_data", "keyed", [
+        instance({"id": "k1"}, index_key="a_b"),
+        instance({"id": "k2"}, index_key="aXb"),
+        instance({"id": "k3"}, index_key="100%"),
+    ]),
+    resource("vpc", "main", [instance({"id": "vpc-1", "cidr": "10.0.0.0/16",
+                                       "password": "s3cret"}, sensitive=["password"])],
+             module="module.net"),
+    resource("terraform_remote_state", "other", [instance({"backend": "http"})], mode="data"),
+])
+
+
+async def addresses_of(store: Any, tenant: str = DEFAULT_TENANT, **criteria: Any) -> list[str]:
+    matches = await store.query_resources(tenant, ResourceQuery(**criteria))
+    return [f"{match.state_path}:{match.resource.address}" for match in matches]
+
+
+@pytest_twisted.ensureDeferred
+async def test_write_with_an_event_kind_records_that_kind(store: Any) -> None:
+    """write_state's event_kind and event_detail name the event (e.g. a rollback);
+    the default stays state_write and the chain still verifies."""
+    await write(store, state_body(1))
+    restored = upload(state_body(2))
+    outcome = await store.write_state(KEY, restored, None, BOB, event_kind=STATE_ROLLBACK,
+                                      event_detail={"restored_version": 1})
+    assert outcome.created and outcome.version.number == 2
+    events = await store.list_events(DEFAULT_TENANT)
+    assert [event.kind for event in events] == [STATE_WRITE, STATE_ROLLBACK]
+    assert (events[1].serial, events[1].sha256, events[1].principal) == (
+        2, restored.sha256, "bob")
+    assert json.loads(events[1].detail) == {"version": 2, "size": len(restored.raw),
+                                            "restored_version": 1}
+    assert first_broken_link(events) is None
+    assert await store.read_current(KEY) == state_body(2)
+
+
+@pytest_twisted.ensureDeferred
+async def test_query_resources_by_type_module_address_and_attribute(store: Any) -> None:
+    """query_resources matches type, module, '*' address patterns (brackets, '_'
+    and '%' literal) and scalar attribute values at dotted paths."""
+    await write(store, QUERY_STATE)
+    everything = await addresses_of(store)
+    assert everything == [
+        "prod:terraform_data.web[0]", "prod:terraform_data.web[1]",
+        'prod:terraform_data.keyed["a_b"]', 'prod:terraform_data.keyed["aXb"]',
+        'prod:terraform_data.keyed["100%"]', "prod:module.net.vpc.main",
+        "prod:data.terraform_remote_state.other"]
+    assert await addresses_of(store, type="vpc") == ["prod:module.net.vpc.main"]
+    assert await addresses_of(store, module="module.net") == ["prod:module.net.vpc.main"]
+    assert len(await addresses_of(store, module="")) == 6
+    assert await addresses_of(store, address='terraform_data.keyed["a_b"]') == [
+        'prod:terraform_data.keyed["a_b"]']
+    assert await addresses_of(store, address='*["100%"]') == [
+        'prod:terraform_data.keyed["100%"]']
+    assert await addresses_of(store, address="terraform_data.web*") == [
+        "prod:terraform_data.web[0]", "prod:terraform_data.web[1]"]
+    assert await addresses_of(store, address="data.*") == [
+        "prod:data.terraform_remote_state.other"]
+    assert await addresses_of(store, address="web") == []
+    assert await addresses_of(store, attribute=("tags.Name", "web-1")) == [
+        "prod:terraform_data.web[1]"]
+    assert await addresses_of(store, attribute=("port", "80")) == ["prod:terraform_data.web[0]"]
+    assert await addresses_of(store, attribute=("on", "false")) == [
+        "prod:terraform_data.web[1]"]
+    assert await addresses_of(store, attribute=("list.1", "b")) == [
+        "prod:terraform_data.web[0]"]
+    assert await addresses_of(store, attribute=("tags", '{"Name":"web-0"}')) == []
+    assert await addresses_of(store, type="terraform_data", attribute=("input", "blue"),
+                              address="*[0]") == ["prod:terraform_data.web[0]"]
+    matches = await store.query_resources(DEFAULT_TENANT, ResourceQuery(type="vpc"))
+    (match,) = matches
+    assert (match.version, match.resource.module, match.resource.mode) == (1, "module.net",
+                                                                            "managed")
+    assert match.resource == next(row for row in parse_state(QUERY_STATE).projection.resources
+                                  if row.type == "vpc")
+
+
+@pytest_twisted.ensureDeferred
+async def test_query_resources_never_finds_a_secret_by_its_value(store: Any) -> None:
+    """Sensitive attributes are matched in their redacted form only."""
+    await write(store, QUERY_STATE)
+    assert await addresses_of(store, attribute=("password", "s3cret")) == []
+    assert await addresses_of(store, attribute=("password", "(sensitive)")) == [
+        "prod:module.net.vpc.main"]
+    (match,) = await store.query_resources(DEFAULT_TENANT, ResourceQuery(type="vpc"))
+    assert "s3cret" not in match.resource.attributes
+
+
+@pytest_twisted.ensureDeferred
+async def test_query_resources_scopes_to_tenant_current_versions_and_paths(
+        store: Any) -> None:
+    """Only the tenant's current, projected versions are searched; path prefix,
+    state path and limit narrow the result; deleted states are gone."""
+    await write(store, QUERY_STATE, key=StateKey(DEFAULT_TENANT, "ws1/env1/app"))
+    await write(store, QUERY_STATE, key=StateKey(DEFAULT_TENANT, "ws2/env1/app"))
+    await write(store, QUERY_STATE, key=StateKey("acme", "prod"),
+                principal=Principal("acme", "ann"))
+    await write(store, QUERY_STATE)
+    await write(store, state_body(4))  # prod's current version: one terraform_data.example
+    await write(store, QUERY_STATE, key=StateKey(DEFAULT_TENANT, "sealed"))
+    await write(store, ENVELOPE, key=StateKey(DEFAULT_TENANT, "sealed"))
+    assert await addresses_of(store, type="vpc") == [
+        "ws1/env1/app:module.net.vpc.main", "ws2/env1/app:module.net.vpc.main"]
+    assert await addresses_of(store, "acme", type="vpc") == ["prod:module.net.vpc.main"]
+    assert await addresses_of(store, type="vpc", path_prefix="ws2/env1/") == [
+        "ws2/env1/app:module.net.vpc.main"]
+    assert await addresses_of(store, type="vpc", state_path="ws1/env1/app") == [
+        "ws1/env1/app:module.net.vpc.main"]
+    assert await addresses_of(store, state_path="prod") == ["prod:terraform_data.example"]
+    (current,) = await store.query_resources(DEFAULT_TENANT, ResourceQuery(state_path="prod"))
+    assert current.version == 2
+    assert len(await addresses_of(store, type="terraform_data", limit=3)) == 3
+    assert await addresses_of(store, "nobody") == []
+    await store.delete_state(StateKey(DEFAULT_TENANT, "ws1/env1/app"), None, ALICE)
+    assert await addresses_of(store, type="vpc") == ["ws2/env1/app:module.net.vpc.main"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_query_resources_refuses_unusable_queries(store: Any) -> None:
+    """A limit out of range or an empty attribute path step is a 400, not a scan."""
+    for query in (ResourceQuery(limit=0), ResourceQuery(limit=MAX_LIMIT + 1),
+                  ResourceQuery(attribute=("tags..Name", "x"))):
+        await failure_of(store.query_resources(DEFAULT_TENANT, query), BadRequest)
 
 
 # -- PostgreSQL only: several processes on one database ---------------------

@@ -8,7 +8,7 @@ Deferred, so every operation is atomic exactly as a database transaction is.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +30,8 @@ from kilolock.model import (
     LockInfo,
     Principal,
     Projection,
+    ResourceMatch,
+    ResourceQuery,
     StateKey,
     StateSummary,
     StateUpload,
@@ -38,6 +40,7 @@ from kilolock.model import (
     WriteOutcome,
     utcnow,
 )
+from kilolock.resource_query import check_query, row_matches, state_matches
 
 
 @define
@@ -102,7 +105,8 @@ class MemoryStateStore:
         return _run(read)
 
     def write_state(self, key: StateKey, upload: StateUpload, lock_id: str | None,
-                    principal: Principal) -> Deferred[WriteOutcome]:
+                    principal: Principal, event_kind: str = STATE_WRITE,
+                    event_detail: Mapping[str, Any] | None = None) -> Deferred[WriteOutcome]:
         def write() -> WriteOutcome:
             state = self._states.get(key)
             self._check_lock(state, lock_id)
@@ -129,9 +133,10 @@ class MemoryStateStore:
             state.versions.append(_StoredVersion(meta, upload.raw, upload.parsed.projection))
             state.written[(meta.serial, meta.sha256)] = meta
             state.updated_at = now
-            self._append_event(key.tenant, STATE_WRITE, principal.name, key.path, now,
+            self._append_event(key.tenant, event_kind, principal.name, key.path, now,
                                lock_id=lock_id, serial=meta.serial, sha256=meta.sha256,
-                               detail=write_detail(number, meta.size, principal))
+                               detail={**write_detail(number, meta.size, principal),
+                                       **(event_detail or {})})
             return WriteOutcome(version=meta, created=True)
 
         return _run(write)
@@ -219,6 +224,25 @@ class MemoryStateStore:
         state = self._states.get(key)
         current = state.current if state else None
         return succeed(current.projection if current else None)
+
+    def query_resources(self, tenant: str,
+                        query: ResourceQuery) -> Deferred[list[ResourceMatch]]:
+        def select() -> list[ResourceMatch]:
+            check_query(query)
+            found: list[ResourceMatch] = []
+            for key, state in sorted(self._states.items(), key=lambda item: item[0].path):
+                current = state.current
+                if (key.tenant != tenant or current is None or current.projection is None
+                        or not state_matches(key.path, query)):
+                    continue
+                for row in current.projection.resources:
+                    if row_matches(row, query):
+                        found.append(ResourceMatch(key.path, current.meta.number, row))
+                        if len(found) >= query.limit:
+                            return found
+            return found
+
+        return _run(select)
 
     def list_events(self, tenant: str, state_path: str | None = None,
                     kinds: Iterable[str] | None = None, since: datetime | None = None,

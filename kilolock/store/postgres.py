@@ -33,7 +33,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
@@ -87,6 +87,8 @@ from kilolock.model import (
     OutputRow,
     Principal,
     Projection,
+    ResourceMatch,
+    ResourceQuery,
     ResourceRow,
     StateKey,
     StateSummary,
@@ -95,6 +97,7 @@ from kilolock.model import (
     WriteOutcome,
     utcnow,
 )
+from kilolock.resource_query import attribute_steps, check_query, like_pattern
 from kilolock.store.embedded import EmbeddedPostgres
 from kilolock.store.schema import SCHEMA_VERSION, SchemaTooNew, ensure_schema, schema_version
 
@@ -727,8 +730,10 @@ class PostgresStateStore:
         return ensureDeferred(read())
 
     def write_state(self, key: StateKey, upload: StateUpload, lock_id: str | None,
-                    principal: Principal) -> Deferred[WriteOutcome]:
-        """Store C{upload} as the new current version (see L{IStateStore}).
+                    principal: Principal, event_kind: str = STATE_WRITE,
+                    event_detail: Mapping[str, Any] | None = None) -> Deferred[WriteOutcome]:
+        """Store C{upload} as the new current version (see L{IStateStore});
+        the event is C{event_kind}, its detail extended by C{event_detail}.
 
         @return: a Deferred firing with a L{WriteOutcome}; failing with
             L{LockNotHeld}, L{LockConflict} (423) or L{SerialConflict}.
@@ -742,13 +747,14 @@ class PostgresStateStore:
             else:
                 prepared = _WriteParameters.of(upload, self._utf8_database)
             return await self._transaction(self._write_txn, key, upload, lock_id,
-                                           principal, prepared)
+                                           principal, prepared, event_kind, event_detail)
 
         return ensureDeferred(write())
 
     async def _write_txn(self, cursor: Any, key: StateKey, upload: StateUpload,
                          lock_id: str | None, principal: Principal,
-                         prepared: _WriteParameters) -> WriteOutcome:
+                         prepared: _WriteParameters, event_kind: str = STATE_WRITE,
+                         event_detail: Mapping[str, Any] | None = None) -> WriteOutcome:
         now = self.clock()
         state_id = await self._lock_state_row_txn(cursor, key, now, create=True)
         assert state_id is not None
@@ -773,9 +779,11 @@ class PostgresStateStore:
         )
         version_id = await self._insert_version_txn(cursor, state_id, version, prepared)
         await self._replace_projection_txn(cursor, state_id, version_id, prepared)
-        await self._append_event_txn(cursor, key.tenant, STATE_WRITE, principal.name, key.path,
+        await self._append_event_txn(cursor, key.tenant, event_kind, principal.name, key.path,
                                      now, lock_id=lock_id, serial=serial, sha256=upload.sha256,
-                                     detail=write_detail(version.number, version.size, principal))
+                                     detail={**write_detail(version.number, version.size,
+                                                            principal),
+                                             **(event_detail or {})})
         return WriteOutcome(version=version, created=True)
 
     def delete_state(self, key: StateKey, lock_id: str | None,
@@ -979,6 +987,54 @@ class PostgresStateStore:
             await cursor.execute(query, (version_id,))
             rows.append(cursor.fetchall())
         return rows
+
+    def query_resources(self, tenant: str,
+                        query: ResourceQuery) -> Deferred[list[ResourceMatch]]:
+        """The current resource rows of C{tenant}'s states matching C{query},
+        answered from the C{resources} table (see L{IStateStore}).
+
+        @return: a Deferred firing with a list of L{ResourceMatch}; failing
+            with L{kilolock.errors.BadRequest} for an unusable query.
+        """
+        conditions = ["s.tenant_id = %(tenant)s"]
+        params: dict[str, Any] = {"tenant": tenant, "limit": query.limit}
+        if query.type is not None:
+            conditions.append("r.type = %(type)s")
+            params["type"] = query.type
+        if query.module is not None:
+            conditions.append("r.module = %(module)s")
+            params["module"] = query.module
+        if query.address is not None:
+            conditions.append("r.address LIKE %(address)s ESCAPE '\\'")
+            params["address"] = like_pattern(query.address)
+        if query.state_path is not None:
+            conditions.append("s.path = %(state)s")
+            params["state"] = query.state_path
+        if query.path_prefix is not None:
+            conditions.append("starts_with(s.path, %(prefix)s)")
+            params["prefix"] = query.path_prefix
+        if query.attribute is not None:
+            conditions.append(
+                "jsonb_typeof(r.attributes #> %(steps)s::text[]) IN ('string', 'number', 'boolean')"
+                " AND r.attributes #>> %(steps)s::text[] = %(value)s")
+            params["steps"] = attribute_steps(query.attribute[0])
+            params["value"] = query.attribute[1]
+        # Only constant fragments are joined; every value is a parameter.
+        statement = (_SELECT_MATCHES + " WHERE " + " AND ".join(conditions)
+                     + ' ORDER BY s.path COLLATE "C", r.ordinal LIMIT %(limit)s')
+
+        async def select(cursor: Any) -> Any:
+            await cursor.execute(statement, params)
+            return cursor.fetchall()
+
+        async def matches() -> list[ResourceMatch]:
+            check_query(query)
+            rows = await self._transaction(select)
+            if len(rows) > LARGE_PROJECTION_ROWS:
+                return await self._in_thread(_matches_from_rows, rows)
+            return _matches_from_rows(rows)
+
+        return ensureDeferred(matches())
 
     def list_events(self, tenant: str, state_path: str | None = None,
                     kinds: Iterable[str] | None = None, since: datetime | None = None,
@@ -1225,6 +1281,12 @@ _SELECT_OUTPUTS = (
     " ORDER BY ordinal"
 )
 
+_SELECT_MATCHES = (
+    "SELECT s.path, v.number, r.address, r.module, r.mode, r.type, r.name, r.provider,"
+    " r.index_key::text, r.deposed, r.attributes::text FROM resources r"
+    " JOIN states s ON s.id = r.state_id JOIN state_versions v ON v.id = r.version_id"
+)
+
 _EVENT_COLUMNS = (
     "seq, tenant_id, kind, state_path, principal, at, lock_id, serial, sha256, detail,"
     " prev_hash, hash"
@@ -1303,6 +1365,16 @@ def _projection_from_rows(resources: Any, dependencies: Any, outputs: Any) -> Pr
                                 value=_canonical_json(value), sensitive=sensitive)
                       for name, type_, value, sensitive in outputs),
     )
+
+
+def _matches_from_rows(rows: Any) -> list[ResourceMatch]:
+    return [
+        ResourceMatch(state_path=path, version=number, resource=ResourceRow(
+            address=address, module=module, mode=mode, type=type_, name=name,
+            provider=provider, index_key=_canonical_json(index_key), deposed=deposed,
+            attributes=_canonical_json(attributes) or "{}"))
+        for (path, number, address, module, mode, type_, name, provider, index_key, deposed,
+             attributes) in rows]
 
 
 # PostgreSQL's jsonb refuses \u0000 and unpaired surrogate escapes, which a
