@@ -24,6 +24,10 @@ class KilolockError(Exception):
         """Extra response headers this error needs (e.g. C{WWW-Authenticate})."""
         return {}
 
+    def details(self) -> dict[str, str]:
+        """Extra members of the JSON error object (e.g. the C{field} at fault)."""
+        return {}
+
 
 class BadRequest(KilolockError):
     status = 400
@@ -152,3 +156,46 @@ class ServiceUnavailable(KilolockError):
 
     def headers(self) -> dict[bytes, bytes]:
         return {b"Retry-After": str(self.retry_after).encode()}
+
+
+# -- hosted mode (control API) ------------------------------------------------
+
+
+class InvalidField(BadRequest):
+    """A field of a request body or query is missing or wrong; the JSON error
+    names it (C{"field": ...})."""
+
+    code = "invalid_field"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+    def details(self) -> dict[str, str]:
+        return {"field": self.field}
+
+
+class AlreadyExists(Conflict):
+    """A tenant slug, workspace, environment or live token name is taken."""
+
+    code = "already_exists"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+    def details(self) -> dict[str, str]:
+        return {"field": self.field}
+
+
+class NotEmpty(Conflict):
+    """A tenant, workspace or environment still holds states (or locks)."""
+
+    code = "not_empty"
+
+
+class ControlUnauthorized(Unauthorized):
+    """The control API wants C{Authorization: Bearer <KL_CONTROL_TOKEN>}."""
+
+    def headers(self) -> dict[bytes, bytes]:
+        return {b"WWW-Authenticate": b'Bearer realm="kilolock-control"'}

@@ -41,17 +41,17 @@ class Response:
     headers: dict[bytes, bytes] = field(factory=dict)
 
 
-def error_body(code: str, message: str) -> bytes:
+def error_body(code: str, message: str, **details: str) -> bytes:
     """The JSON error document every failure (but lock conflicts) answers with."""
-    return json.dumps({"error": {"code": code, "message": message}}).encode()
+    return json.dumps({"error": {"code": code, "message": message, **details}}).encode()
 
 
 def response_for_error(error: KilolockError) -> Response:
     if isinstance(error, LockConflict):
         # The holder's LockInfo exactly as it arrived on LOCK: Terraform parses it.
         return Response(error.status, error.holder, JSON)
-    return Response(error.status, error_body(error.code, error.message), JSON,
-                    error.headers())
+    return Response(error.status, error_body(error.code, error.message, **error.details()),
+                    JSON, error.headers())
 
 
 def write_response(request: Request, response: Response) -> None:
