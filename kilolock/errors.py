@@ -158,6 +158,22 @@ class ServiceUnavailable(KilolockError):
         return {b"Retry-After": str(self.retry_after).encode()}
 
 
+# -- the KL-native lane ---------------------------------------------------------
+
+
+class VersionNotFound(NotFound):
+    """The state exists (for this tenant) but has no version with that number."""
+
+    code = "version_not_found"
+
+
+class EncryptedState(Conflict):
+    """The version is an OpenTofu encrypted envelope: nothing in it can be read
+    (diff, outputs) or re-serialised (rollback) by the server."""
+
+    code = "encrypted_state"
+
+
 # -- hosted mode (control API) ------------------------------------------------
 
 
