@@ -14,9 +14,24 @@ from twisted.web.server import Request
 
 import kilolock
 from kilolock.web._base import JSON, AsyncResource, Response
+from kilolock.web.native import BASE_PATH, LANE_NAME, LANE_VERSION, MARKER
 
 #: Version of the discovery document's own shape.
 DISCOVERY_VERSION = 1
+
+
+def native_lane_entry() -> dict[str, Any]:
+    """The KL-native lane (L{kilolock.web.native}): C{kl}'s read API and rollback."""
+    return {
+        "name": LANE_NAME,
+        "version": LANE_VERSION,
+        "basePath": BASE_PATH,
+        "statesPath": f"{BASE_PATH}/states",
+        "resourcesPath": f"{BASE_PATH}/resources",
+        "eventsPath": f"{BASE_PATH}/events",
+        "subresourceSegment": MARKER,
+        "stateAddressing": ["{name}", "{workspace_id}/{env_public_id}/{state_name}"],
+    }
 
 
 def discovery_document(auth_mode: str) -> dict[str, Any]:
@@ -33,6 +48,7 @@ def discovery_document(auth_mode: str) -> dict[str, Any]:
                 "lockAliasSuffix": "/lock",
                 "stateAddressing": ["{name}", "{workspace_id}/{env_public_id}/{state_name}"],
             },
+            native_lane_entry(),
         ],
         "health": {"liveness": "/healthz", "readiness": "/readyz", "metrics": "/metrics"},
     }

@@ -17,6 +17,7 @@ from kilolock.web.forwarded import Network
 from kilolock.web.discovery import DiscoveryResource
 from kilolock.web.health import HealthResource, ReadinessResource
 from kilolock.web.metrics import MetricsResource
+from kilolock.web.native import NativeRoot
 from kilolock.web.states import StateLane, StatesCollection
 
 
@@ -47,6 +48,7 @@ def build_root(store: IStateStore, portal: Portal, reactor: Any,
         root.putChild(b"metrics", MetricsResource(metrics, store))
     v1.putChild(b"states", StatesCollection(lane))
     v1.putChild(b"state-unlock", StatesCollection(lane, unlock_only=True))
+    v1.putChild(b"native", NativeRoot(lane))  # the KL-native lane (kilolock.web.native)
     return root
 
 
