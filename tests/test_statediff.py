@@ -1,0 +1,125 @@
+"""kilolock.statediff: diffs, outputs and rollback bodies of stored versions (pure)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stub_client import state_body
+
+from kilolock.errors import EncryptedState
+from kilolock.statediff import diff_states, format_path, outputs_of, restore_body
+from kilolock.tfstate import parse_state
+
+DATA = Path(__file__).parent / "data" / "states"
+ENVELOPE = json.dumps({"serial": 2, "lineage": "l", "meta": {}, "encrypted_data": "eA==",
+                       "encryption_version": "v0"}).encode()
+
+
+def instance(attributes: dict[str, Any], sensitive: list[list[dict[str, Any]]] | None = None,
+             **extra: Any) -> dict[str, Any]:
+    return {"schema_version": 0, "attributes": attributes,
+            "sensitive_attributes": sensitive or [], **extra}
+
+
+def body(*instances: dict[str, Any], serial: int = 1, name: str = "r") -> bytes:
+    return state_body(serial, resources=[{
+        "mode": "managed", "type": "terraform_data", "name": name,
+        "provider": 'provider["terraform.io/builtin/terraform"]',
+        "instances": list(instances)}])
+
+
+def attr(name: str) -> dict[str, Any]:
+    return {"type": "get_attr", "value": name}
+
+
+def test_format_path_spells_paths_like_terraform() -> None:
+    """Names join with dots, list positions and odd keys go in brackets."""
+    assert format_path(("tags", "Name")) == "tags.Name"
+    assert format_path(("ingress", 0, "from_port")) == "ingress[0].from_port"
+    assert format_path(("tags", "kubernetes.io/role")) == 'tags["kubernetes.io/role"]'
+    assert format_path(("é",)) == '["é"]'
+
+
+def test_nested_and_list_changes_are_reported_per_leaf() -> None:
+    """Dicts compare by key, same-length lists by position, others as a whole."""
+    old = body(instance({"id": "x", "ports": [1, 2], "names": ["a"], "m": {"k": 1, "gone": 2}}))
+    new = body(instance({"id": "x", "ports": [1, 3], "names": ["a", "b"], "m": {"k": 1,
+                                                                               "new": 3}}))
+    (changed,) = diff_states(old, new)["resources"]["changed"]
+    assert changed["changes"] == [
+        {"path": "ports[1]", "before": 2, "after": 3},
+        {"path": "names", "before": ["a"], "after": ["a", "b"]},
+        {"path": "m.gone", "before": 2},
+        {"path": "m.new", "after": 3},
+    ]
+
+
+def test_a_change_inside_a_sensitive_value_shows_only_its_redacted_path() -> None:
+    """The structure and values below a redacted attribute never appear; a value
+    that turns sensitive is reported as sensitive."""
+    old = body(instance({"id": "x", "conn": {"user": "u", "pass": "p1"}, "token": "t"},
+                        sensitive=[[attr("conn")]]))
+    new = body(instance({"id": "x", "conn": {"user": "u", "pass": "p2", "port": 5},
+                         "token": "t2"}, sensitive=[[attr("conn")], [attr("token")]]))
+    diff = diff_states(old, new)
+    text = json.dumps(diff)
+    assert "p1" not in text and "p2" not in text and "pass" not in text and "t2" not in text
+    assert diff["resources"]["changed"][0]["changes"] == [
+        {"path": "conn", "sensitive": True}, {"path": "token", "sensitive": True}]
+    unchanged = body(instance({"id": "x", "conn": {"user": "u", "pass": "p1"}, "token": "t"},
+                              sensitive=[[attr("conn")]]))
+    assert diff_states(old, unchanged)["resources"]["changed"] == []
+
+
+def test_deposed_objects_and_flat_attributes_are_compared_too() -> None:
+    """A deposed object is its own entry; attributes_flat states diff by key."""
+    old = body(instance({"id": "a"}))
+    new = body(instance({"id": "b"}), instance({"id": "a"}, deposed="00abcdef"))
+    resources = diff_states(old, new)["resources"]
+    assert resources["added"] == [{"address": "terraform_data.r", "deposed": "00abcdef"}]
+    assert resources["changed"][0]["changes"] == [{"path": "id", "before": "a", "after": "b"}]
+    flat_old = body({"schema_version": 0, "attributes_flat": {"id": "a", "tags.%": "0"}})
+    flat_new = body({"schema_version": 0, "attributes_flat": {"id": "a", "tags.%": "1"}})
+    assert diff_states(flat_old, flat_new)["resources"]["changed"][0]["changes"] == [
+        {"path": '["tags.%"]', "before": "0", "after": "1"}]
+
+
+def test_a_real_state_against_its_destroyed_successor() -> None:
+    """Every instance of the full fixture is removed in the destroyed one."""
+    full = (DATA / "full.tfstate").read_bytes()
+    destroyed = (DATA / "destroyed.tfstate").read_bytes()
+    diff = diff_states(full, destroyed)
+    removed = [entry["address"] for entry in diff["resources"]["removed"]]
+    projection = parse_state(full).projection
+    assert projection is not None
+    assert sorted(removed) == sorted(row.address for row in projection.resources
+                                     if row.deposed is None)
+    assert diff["resources"]["added"] == []
+    assert diff_states(full, full)["resources"] == {"added": [], "removed": [], "changed": []}
+
+
+def test_encrypted_versions_cannot_be_read() -> None:
+    """Diff, outputs and restore refuse an OpenTofu envelope with EncryptedState."""
+    with pytest.raises(EncryptedState):
+        diff_states(body(instance({})), ENVELOPE)
+    with pytest.raises(EncryptedState):
+        outputs_of(ENVELOPE)
+    with pytest.raises(EncryptedState):
+        restore_body(ENVELOPE, 3, "l")
+
+
+def test_restore_body_sets_serial_and_lineage_in_terraform_layout() -> None:
+    """Key order and content are kept; serial and lineage replaced; 2-space
+    indent and a final newline, non-ASCII written as UTF-8."""
+    original = state_body(4, resources=[{"mode": "managed", "type": "t", "name": "ü",
+                                         "provider": "p", "instances": []}])
+    restored = restore_body(original, 9, "new-lineage")
+    assert restored.endswith(b"}\n") and "ü".encode() in restored
+    document = json.loads(original)
+    document.update(serial=9, lineage="new-lineage")
+    assert restored == json.dumps(document, indent=2, ensure_ascii=False).encode() + b"\n"
+    assert list(json.loads(restored)) == list(json.loads(original))
+    assert parse_state(restored).serial == 9
