@@ -61,7 +61,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from txpostgres.reconnection import ConnectionDead, DeadConnectionDetector
 from txpostgres.retrying import simpleBackoffIterator
-from txpostgres.txpostgres import Connection, ConnectionPool, RollbackFailed
+from txpostgres.txpostgres import Connection, ConnectionPool, RollbackFailed, _PollingMixin
 from zope.interface import implementer
 
 from kilolock.audit import delete_detail, event_hash, lock_detail, write_detail
@@ -133,6 +133,9 @@ LARGE_UPLOAD_BYTES = 1 << 20
 #: Projections with more rows than this are decoded in a thread.
 LARGE_PROJECTION_ROWS = 2000
 
+#: Seconds between attempts of a call refused by a reconnecting connection.
+_REFUSAL_PAUSE = 0.05
+
 #: Failures that mean "the database cannot be reached right now".
 _UNREACHABLE = (
     psycopg2.OperationalError,
@@ -153,6 +156,12 @@ _LIBPQ_CONNECTION_OK = 0
 #: L{_bytes_from_hex}, in a thread when large, instead of by psycopg2 on the
 #: reactor thread.
 _BYTEA_AS_HEX = new_type((17,), "KILOLOCK_BYTEA_AS_HEX", lambda value, cursor: value)
+
+
+def _sleep(reactor: Any, seconds: float) -> Deferred[None]:
+    pause: Deferred[None] = Deferred()
+    reactor.callLater(seconds, pause.callback, None)
+    return pause
 
 
 class _ConnectTimeout(Exception):
@@ -344,11 +353,20 @@ class _PooledConnection(Connection):  # type: ignore[misc]
     def doRead(self) -> Exception | None:
         """Read from the socket; when the server has gone away (a restart
         ends idle sessions) hand the error back to the reactor, which calls
-        C{connectionLost} and so the detector, instead of logging a traceback."""
+        C{connectionLost} and so the detector, instead of logging a traceback.
+
+        txpostgres's own C{doRead}, except that a session libpq has given up
+        on without an error (an immediate shutdown: the server's FATAL
+        message read, then the socket closed, so C{fileno()} is -1) is lost
+        too, instead of being watched again."""
         try:
-            super().doRead()
+            _PollingMixin.doRead(self)
+            self.checkForNotifies()
         except psycopg2.Error as error:
             return cast(Exception, error)
+        if not _session_usable(self._connection):
+            return ConnectionLost("the database server ended the session")
+        self.reactor.addReader(self)
         return None
 
     def close(self) -> None:
@@ -631,6 +649,7 @@ class PostgresStateStore:
             raise ServiceUnavailable("the state store is stopped", retry_after=RETRY_AFTER)
         pool = await self._ready_pool()
         attempt = 1
+        refusals = 0
         while True:
             try:
                 result: T = await self._bounded(
@@ -640,6 +659,16 @@ class PostgresStateStore:
                     raise ServiceUnavailable(retry_after=1) from None
                 attempt += 1
                 continue
+            except ConnectionDead as error:
+                # Refused before anything ran: that connection is still
+                # reconnecting (after a database restart).  While others of
+                # the pool are live, try again on one of them.
+                if pool.any_alive and refusals < self._pool_size:
+                    refusals += 1
+                    await _sleep(self._reactor, _REFUSAL_PAUSE)
+                    continue
+                self._note_reachable(False, error)
+                raise ServiceUnavailable(retry_after=RETRY_AFTER) from None
             except KilolockError:
                 self._note_reachable(True)
                 raise
