@@ -53,7 +53,10 @@ def first_broken_link(events: Iterable[AuditEvent]) -> AuditEvent | None:
 
 
 def _client(principal: Principal) -> dict[str, Any]:
-    return {"client": principal.address} if principal.address else {}
+    detail: dict[str, Any] = {"client": principal.address} if principal.address else {}
+    if principal.token_id:  # hosted mode: which token acted
+        detail["token"] = principal.token_id
+    return detail
 
 
 def write_detail(number: int, size: int, principal: Principal) -> dict[str, Any]:
@@ -69,3 +72,10 @@ def delete_detail(versions: int, principal: Principal) -> dict[str, Any]:
 def lock_detail(info: LockInfo, principal: Principal) -> dict[str, Any]:
     """Detail of lock events: the holder's Who and Operation, never the Info."""
     return {"who": info.who, "operation": info.operation, **_client(principal)}
+
+
+def control_detail(principal: Principal, **fields: Any) -> dict[str, Any]:
+    """Detail of a control-plane event (C{tenant_create}, C{token_revoke},
+    ...): what changed (ids and names, never a token's secret or hash) and
+    who asked."""
+    return {**fields, **_client(principal)}

@@ -215,3 +215,19 @@ class ControlUnauthorized(Unauthorized):
 
     def headers(self) -> dict[bytes, bytes]:
         return {b"WWW-Authenticate": b'Bearer realm="kilolock-control"'}
+
+
+class TenantNotFound(NotFound):
+    code = "tenant_not_found"
+
+
+class WorkspaceNotFound(NotFound):
+    code = "workspace_not_found"
+
+
+class EnvironmentNotFound(NotFound):
+    code = "environment_not_found"
+
+
+class TokenNotFound(NotFound):
+    code = "token_not_found"

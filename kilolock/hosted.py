@@ -22,8 +22,8 @@ from kilolock.errors import InvalidField
 TENANT_PREFIX = "tn_"
 WORKSPACE_PREFIX = "ws_"
 ENVIRONMENT_PREFIX = "env_"
-TOKEN_ID_PREFIX = "tok_"
-SECRET_PREFIX = "kl_"
+TOKEN_ID_PREFIX = "tok_"  # noqa: S105 - a prefix, not a secret
+SECRET_PREFIX = "kl_"  # noqa: S105 - a prefix, not a secret
 
 #: Token scopes: C{write} may do everything on the state lane, C{read} only GET.
 WRITE_SCOPE = "write"
@@ -33,6 +33,10 @@ SCOPES = (WRITE_SCOPE, READ_SCOPE)
 #: The name of the workspace and the environment every tenant starts with
 #: (and of the environment every new workspace starts with).
 DEFAULT_NAME = "default"
+
+#: Seconds between two recordings of a token's C{last_used_at}: a token used
+#: all the time costs one write a minute, not one per request.
+LAST_USED_INTERVAL = 60.0
 
 #: The longest token secret worth hashing (a real one is 46 characters).
 MAX_SECRET_LENGTH = 128

@@ -67,6 +67,9 @@ class Principal:
     token_id: str | None = None
     #: The client's address (forwarded headers honoured from trusted proxies).
     address: str | None = None
+    #: The username of Basic credentials (None for Bearer): in the database
+    #: auth mode it must be the token's workspace_id.
+    basic_username: str | None = None
 
     @property
     def can_write(self) -> bool:
@@ -313,3 +316,78 @@ class ResourceMatch:
     state_path: str
     version: int
     resource: ResourceRow
+
+
+# -- hosted mode: tenants, workspaces, environments, tokens (issue 4) ---------
+
+#: Event kinds of the control plane.
+TENANT_CREATE = "tenant_create"
+TENANT_DELETE = "tenant_delete"
+WORKSPACE_CREATE = "workspace_create"
+WORKSPACE_DELETE = "workspace_delete"
+ENVIRONMENT_CREATE = "environment_create"
+ENVIRONMENT_DELETE = "environment_delete"
+TOKEN_CREATE = "token_create"  # noqa: S105 - an event kind
+TOKEN_REVOKE = "token_revoke"  # noqa: S105 - an event kind
+
+
+@frozen
+class Tenant:
+    """A customer of a hosted Kilolock.  C{id} (C{tn_...}) never changes and
+    keys its states and audit chain; C{slug} is unique among live tenants and
+    freed when the tenant is deleted (its row and events are kept)."""
+
+    id: str
+    slug: str
+    name: str
+    created_at: datetime
+    deleted_at: datetime | None = None
+
+
+@frozen
+class Workspace:
+    id: str  # ws_ + 12 hex
+    tenant_id: str
+    name: str
+    created_at: datetime
+
+
+@frozen
+class Environment:
+    id: str  # env_ + 12 hex: the env_public_id of state paths
+    workspace_id: str
+    tenant_id: str
+    name: str
+    created_at: datetime
+
+
+@frozen
+class ApiToken:
+    """A tenant's token, without its secret (only its SHA-256 is stored)."""
+
+    id: str  # tok_ + 12 hex
+    tenant_id: str
+    name: str
+    workspace_id: str
+    env_public_id: str
+    scope: str  # "write" | "read"
+    created_at: datetime
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
+@frozen
+class IssuedToken:
+    """A token just created: the only time its secret exists outside the client."""
+
+    token: ApiToken
+    secret: str = field(repr=lambda _: "<secret>")
+
+
+@frozen
+class TenantDeletion:
+    """What deleting a tenant did."""
+
+    tenant: Tenant
+    deleted_states: tuple[str, ...]
+    revoked_tokens: tuple[str, ...]

@@ -18,7 +18,7 @@ from zope.interface import implementer
 
 from kilolock.audit import GENESIS, delete_detail, event_hash, lock_detail, write_detail
 from kilolock.errors import LockConflict, LockNotHeld, SerialConflict, StateNotFound
-from kilolock.interfaces import IStateStore
+from kilolock.interfaces import IStateStore, ITenantStore
 from kilolock.model import (
     LOCK_ACQUIRE,
     LOCK_FORCE_RELEASE,
@@ -41,6 +41,7 @@ from kilolock.model import (
     utcnow,
 )
 from kilolock.resource_query import check_query, row_matches, state_matches
+from kilolock.store.memory_hosted import HostedMemoryState
 
 
 @define
@@ -71,9 +72,9 @@ def _run(operation: Callable[[], Any]) -> Deferred[Any]:
         return fail()
 
 
-@implementer(IStateStore)
+@implementer(IStateStore, ITenantStore)
 @define
-class MemoryStateStore:
+class MemoryStateStore(HostedMemoryState):
     """Every state, version, lock and event of every tenant, in dicts."""
 
     clock: Callable[[], datetime] = utcnow
@@ -93,6 +94,7 @@ class MemoryStateStore:
         """Forget everything (used between tests of Terraform modules)."""
         self._states.clear()
         self._events.clear()
+        self.forget_tenants()
 
     # -- the state lane -------------------------------------------------
 
@@ -112,6 +114,7 @@ class MemoryStateStore:
             self._check_lock(state, lock_id)
             now = self.clock()
             if state is None:
+                self._check_state_owner(key)
                 state = self._states[key] = _State(created_at=now, updated_at=now)
             replayed = state.written.get((upload.parsed.serial, upload.sha256))
             if replayed is not None:
@@ -161,6 +164,7 @@ class MemoryStateStore:
             now = self.clock()
             state = self._states.get(key)
             if state is None:
+                self._check_state_owner(key)
                 state = self._states[key] = _State(created_at=now, updated_at=now)
             if state.lock is not None:
                 if state.lock.info.id == info.id:

@@ -72,8 +72,9 @@ from kilolock.errors import (
     SerialConflict,
     ServiceUnavailable,
     StateNotFound,
+    Unauthorized,
 )
-from kilolock.interfaces import IHealthCheck, IStateStore
+from kilolock.interfaces import IHealthCheck, IStateStore, ITenantStore
 from kilolock.model import (
     LOCK_ACQUIRE,
     LOCK_FORCE_RELEASE,
@@ -99,6 +100,7 @@ from kilolock.model import (
 )
 from kilolock.resource_query import attribute_steps, check_query, like_pattern
 from kilolock.store.embedded import EmbeddedPostgres
+from kilolock.store.postgres_hosted import OWNER_GONE_SQLSTATE, HostedPostgresStore
 from kilolock.store.schema import SCHEMA_VERSION, SchemaTooNew, ensure_schema, schema_version
 
 __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
@@ -435,8 +437,8 @@ class _ResilientPool(ConnectionPool):  # type: ignore[misc]
 # The store
 
 
-@implementer(IStateStore, IHealthCheck)
-class PostgresStateStore:
+@implementer(IStateStore, ITenantStore, IHealthCheck)
+class PostgresStateStore(HostedPostgresStore):
     """States, versions, locks, projection rows and audit events in PostgreSQL.
 
     @ivar reachable: True when the last contact with the database worked.
@@ -675,6 +677,14 @@ class PostgresStateStore:
             except _UNREACHABLE as error:
                 self._note_reachable(False, error)
                 raise ServiceUnavailable(retry_after=RETRY_AFTER) from None
+            except psycopg2.Error as error:
+                # Hosted mode: a state of a tenant or environment deleted
+                # while the request was on its way (see 002_hosted.sql).
+                if error.pgcode != OWNER_GONE_SQLSTATE:
+                    raise
+                self._note_reachable(True)
+                raise Unauthorized("the token's tenant, workspace or environment no longer"
+                                   " exists") from None
             self._note_reachable(True)
             return result
 
