@@ -172,6 +172,7 @@ def event_document(event: AuditEvent) -> dict[str, Any]:
         detail = None
     return {
         "seq": event.seq,
+        "tenant": event.tenant,
         "kind": event.kind,
         "state": event.state_path,
         "principal": event.principal,
