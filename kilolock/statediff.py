@@ -49,10 +49,23 @@ def load_document(raw: bytes) -> dict[str, Any]:
     return doc
 
 
+class _WrapperStep(str):
+    """The C{value} step into a dynamically-typed value's C{{"value", "type"}}
+    wrapper: followed, never shown (Terraform's paths do not mention it)."""
+
+    __slots__ = ()
+
+
+def _is_wrapper(node: Any) -> bool:
+    return isinstance(node, dict) and set(node) == {"value", "type"}
+
+
 def format_path(path: Path) -> str:
     """Terraform-style: C{tags["Name"]}, C{ingress[0].from_port}, C{name}."""
     text = ""
     for step in path:
+        if isinstance(step, _WrapperStep):
+            continue
         if isinstance(step, int):
             text += f"[{step}]"
         elif _IDENTIFIER.match(step):
@@ -65,7 +78,12 @@ def format_path(path: Path) -> str:
 def _changed_paths(old: Any, new: Any, path: Path = ()) -> Iterator[Path]:
     """Paths of the leaves where C{old} and C{new} differ (dicts by key, lists
     of one length by position; anything else as a whole)."""
-    if isinstance(old, dict) and isinstance(new, dict):
+    if _is_wrapper(old) and _is_wrapper(new):
+        if old["type"] == new["type"]:
+            yield from _changed_paths(old["value"], new["value"], (*path, _WrapperStep("value")))
+        else:
+            yield path
+    elif isinstance(old, dict) and isinstance(new, dict):
         for key in list(old) + [key for key in new if key not in old]:
             yield from _changed_paths(old.get(key, _ABSENT), new.get(key, _ABSENT),
                                       (*path, key))

@@ -123,3 +123,20 @@ def test_restore_body_sets_serial_and_lineage_in_terraform_layout() -> None:
     assert restored == json.dumps(document, indent=2, ensure_ascii=False).encode() + b"\n"
     assert list(json.loads(restored)) == list(json.loads(original))
     assert parse_state(restored).serial == 9
+
+
+def test_dynamic_value_wrappers_are_looked_through() -> None:
+    """terraform_data's {"value", "type"} wrapper never shows in a path; a
+    change of type reports the whole attribute."""
+    def wrapped(value: Any, type_: Any = "string") -> bytes:
+        return body(instance({"id": "x", "input": {"value": value, "type": type_}}))
+
+    (changed,) = diff_states(wrapped("a"), wrapped("b"))["resources"]["changed"]
+    assert changed["changes"] == [{"path": "input", "before": "a", "after": "b"}]
+    nested = diff_states(wrapped({"k": 1}, ["object", {"k": "number"}]),
+                         wrapped({"k": 2}, ["object", {"k": "number"}]))
+    assert nested["resources"]["changed"][0]["changes"] == [
+        {"path": "input.k", "before": 1, "after": 2}]
+    retyped = diff_states(wrapped("1"), wrapped(1, "number"))["resources"]["changed"]
+    assert retyped[0]["changes"] == [{"path": "input", "before": {"value": "1", "type": "string"},
+                                      "after": {"value": 1, "type": "number"}}]
