@@ -1163,7 +1163,7 @@ def check_chain(events: list[dict[str, Any]], complete: bool) -> str | None:
 
 
 def control(ctx: Context, method: str, path: str, what: str, expect: Iterable[int] = (200,),
-            body: Any = None) -> Any:
+            body: Any = None, query: Mapping[str, Any] | None = None) -> Any:
     settings = ctx.settings
     if not settings.control_token:
         raise KlError(EXIT_USAGE, "the control API needs its token: set KL_CONTROL_TOKEN,"
@@ -1172,7 +1172,7 @@ def control(ctx: Context, method: str, path: str, what: str, expect: Iterable[in
                         settings.ca_file)
     payload = None if body is None else json.dumps(body).encode()
     try:
-        answer = client.request(method, "/v1/api" + path, body=payload,
+        answer = client.request(method, "/v1/api" + path, body=payload, query=query,
                                 headers={"Content-Type": "application/json"} if payload else None)
     except Unreachable as error:
         raise KlError(EXIT_UNAVAILABLE, f"{what}: the control API at {settings.control_url}"
@@ -1204,31 +1204,54 @@ def cmd_tenants(ctx: Context, args: argparse.Namespace) -> int:
     action = args.tenants_command or "list"
     slug = quote(args.slug, safe="") if getattr(args, "slug", None) else None
     if action == "list":
-        document = control(ctx, "GET", "/tenants", "listing tenants")
+        document = control(ctx, "GET", "/tenants", "listing tenants",
+                           query={"deleted": "true"} if args.deleted else None)
     elif action == "show":
         document = control(ctx, "GET", f"/tenants/{slug}", f"tenant {args.slug}")
     elif action == "create":
-        body = {"slug": args.slug, **({"name": args.display_name} if args.display_name else {})}
+        body = {"slug": args.slug, "name": args.display_name or args.slug}
         document = control(ctx, "POST", "/tenants", f"creating tenant {args.slug}",
                            expect=(200, 201), body=body)
     else:
         if not args.yes:
-            raise KlError(EXIT_USAGE, f"deleting tenant {args.slug} deletes its states and"
-                          " revokes its tokens: pass --yes to confirm")
+            raise KlError(EXIT_USAGE, f"deleting tenant {args.slug} revokes its tokens: pass"
+                          " --yes to confirm")
         document = control(ctx, "DELETE", f"/tenants/{slug}", f"deleting tenant {args.slug}",
-                           expect=(200, 204))
+                           expect=(200, 204),
+                           query={"states": "delete"} if args.delete_states else None)
     if ctx.out.as_json:
         ctx.out.json(document)
     elif action == "list":
-        ctx.out.table(["SLUG", "NAME", "ID", "CREATED"], [
+        ctx.out.table(["SLUG", "NAME", "ID", "CREATED", "DELETED"], [
             [_pick(t, "slug"), _pick(t, "name"), _pick(t, "id"),
-             _pick(t, "created_at", "createdAt")]
+             _pick(t, "created_at", "createdAt"), _pick(t, "deleted_at", "deletedAt")]
             for t in _items(document, "tenants", "items")])
     elif action == "delete":
-        ctx.out.line(f"deleted tenant {args.slug}")
+        states = (document or {}).get("deleted_states") or []
+        tokens = (document or {}).get("revoked_tokens") or []
+        ctx.out.line(f"deleted tenant {args.slug}: {len(states)} states deleted,"
+                     f" {len(tokens)} tokens revoked")
     else:
-        ctx.out.line(json.dumps(document, indent=2, ensure_ascii=False))
+        _print_tenant(ctx, document or {}, created=action == "create")
     return EXIT_OK
+
+
+def _print_tenant(ctx: Context, tenant: Mapping[str, Any], created: bool) -> None:
+    if created:
+        ctx.out.line(f"created tenant {_pick(tenant, 'slug')} ({_pick(tenant, 'id')})")
+    else:
+        for name, keys in (("slug", ("slug",)), ("name", ("name",)), ("id", ("id",)),
+                           ("created", ("created_at",)), ("deleted", ("deleted_at",)),
+                           ("states", ("state_count",))):
+            ctx.out.line(f"{name.ljust(8)}  {_pick(tenant, *keys)}")
+    rows = []
+    for workspace in tenant.get("workspaces") or []:
+        for environment in workspace.get("environments") or [{}]:
+            rows.append([_pick(workspace, "name"), _pick(workspace, "id"),
+                         _pick(environment, "name"), _pick(environment, "id")])
+    if rows:
+        ctx.out.line()
+        ctx.out.table(["WORKSPACE", "WORKSPACE ID", "ENVIRONMENT", "ENV PUBLIC ID"], rows)
 
 
 def cmd_tokens(ctx: Context, args: argparse.Namespace) -> int:
@@ -1260,13 +1283,15 @@ def cmd_tokens(ctx: Context, args: argparse.Namespace) -> int:
              _pick(t, "last_used_at", "lastUsedAt"), _pick(t, "revoked_at", "revokedAt")]
             for t in _items(document, "tokens", "items")])
     elif action == "create":
-        secret = _pick(document or {}, "token_secret", "tokenSecret", "secret")
-        ctx.out.line(f"token_secret: {secret}")
-        ctx.out.line("  (shown once: store it now)")
-        for key in ("id", "workspace_id", "env_public_id", "scope"):
-            if isinstance(document, dict) and key in document:
-                ctx.out.line(f"{key}: {document[key]}")
-        block = document.get("backend_block") if isinstance(document, dict) else None
+        document = document if isinstance(document, dict) else {}
+        ctx.out.line(f"token_secret    {_pick(document, 'token_secret')}")
+        ctx.out.note("the secret is shown once: store it now (e.g. as KL_TOKEN or"
+                     " TF_HTTP_PASSWORD)")
+        for key in ("id", "scope", "workspace_id", "env_public_id", "username",
+                    "state_address"):
+            if key in document:
+                ctx.out.line(f"{key.ljust(14)}  {document[key]}")
+        block = document.get("backend_block") or document.get("remote_state_block")
         if isinstance(block, str):
             ctx.out.line()
             ctx.out.line(block.rstrip())
@@ -1445,16 +1470,20 @@ def build_parser() -> argparse.ArgumentParser:
     command(event_commands, "verify", cmd_events_verify, "check the audit hash chain")
 
     tenants = command(commands, "tenants", cmd_tenants, "tenants (control API)")
+    tenants.set_defaults(deleted=False)
     tenant_commands = tenants.add_subparsers(dest="tenants_command", metavar="SUBCOMMAND",
                                              parser_class=_Parser)
-    command(tenant_commands, "list", cmd_tenants, "list tenants")
+    sub = command(tenant_commands, "list", cmd_tenants, "list tenants")
+    sub.add_argument("--deleted", action="store_true", help="include deleted tenants")
     sub = command(tenant_commands, "show", cmd_tenants, "one tenant")
     sub.add_argument("slug")
     sub = command(tenant_commands, "create", cmd_tenants, "create a tenant")
     sub.add_argument("slug")
-    sub.add_argument("--name", dest="display_name", help="its display name")
-    sub = command(tenant_commands, "delete", cmd_tenants, "delete a tenant")
+    sub.add_argument("--name", dest="display_name", help="its display name (default: the slug)")
+    sub = command(tenant_commands, "delete", cmd_tenants, "delete a tenant (revokes its tokens)")
     sub.add_argument("slug")
+    sub.add_argument("--delete-states", dest="delete_states", action="store_true",
+                     help="also delete its states (their audit events are kept)")
     sub.add_argument("--yes", action="store_true", help="required: confirm the deletion")
 
     tokens = commands.add_parser("tokens", help="API tokens of a tenant (control API)")
