@@ -25,8 +25,10 @@ from twisted.cred.portal import IRealm, Portal
 from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import Attribute, Interface, implementer
 
+from kilolock import hosted
 from kilolock.errors import Unauthorized
-from kilolock.model import DEFAULT_TENANT, Principal
+from kilolock.interfaces import ITenantStore
+from kilolock.model import DEFAULT_TENANT, ApiToken, Principal
 
 AUTH_MODES = ("open", "static", "database")
 
@@ -109,6 +111,44 @@ class StaticTokenChecker:
         if secret is None or not hmac.compare_digest(secret, self._token):
             return fail(UnauthorizedLogin())
         return succeed(Principal(tenant=DEFAULT_TENANT, name="static-token"))
+
+
+@implementer(ICredentialsChecker)
+class DatabaseTokenChecker:
+    """C{KL_AUTH_MODE=database}: a tenant's API token (C{kl_...}), as a Basic
+    password or a Bearer token, looked up by its SHA-256 in an
+    L{ITenantStore} (which records its last use).
+
+    Unknown, revoked and malformed tokens are refused alike (401).  The
+    principal carries the token's tenant, workspace, environment and scope,
+    and the Basic username, which the state lane compares with the token's
+    workspace id (403 when they differ; see L{kilolock.web.states.StateLane}).
+    The lookup is by digest: the secret is never compared byte by byte, so
+    timing reveals nothing about it.
+    """
+
+    credentialInterfaces = (IAnonymous, IUsernamePassword, IBearerToken)
+
+    def __init__(self, store: ITenantStore) -> None:
+        self._store = store
+
+    def requestAvatarId(self, credentials: ICredentials) -> Deferred[Principal]:
+        secret = presented_secret(credentials)
+        if secret is None or not hosted.looks_like_secret(secret):
+            return fail(UnauthorizedLogin())
+        username = None
+        if IUsernamePassword.providedBy(credentials):
+            username = credentials.username.decode("utf-8", "replace")
+
+        def principal(token: ApiToken | None) -> Principal:
+            if token is None:
+                raise UnauthorizedLogin()
+            return Principal(tenant=token.tenant_id, name=f"token:{token.name}",
+                             scope=token.scope, workspace_id=token.workspace_id,
+                             env_public_id=token.env_public_id, token_id=token.id,
+                             basic_username=username)
+
+        return self._store.authenticate_token(hosted.token_hash(secret)).addCallback(principal)
 
 
 @implementer(IRealm)

@@ -7,8 +7,10 @@ the environment, which wins over the default.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from attrs import frozen
 from twisted.application.service import IService, MultiService, Service
@@ -18,11 +20,23 @@ from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 from twisted.python import usage
 
-from kilolock.auth import AUTH_MODES, OpenChecker, StaticTokenChecker, build_portal
-from kilolock.interfaces import IStateStore
+from kilolock.auth import (
+    AUTH_MODES,
+    DatabaseTokenChecker,
+    OpenChecker,
+    StaticTokenChecker,
+    build_portal,
+)
+from kilolock.interfaces import IStateStore, ITenantStore
 from kilolock.metrics import Metrics
 from kilolock.store.memory import MemoryStateStore
 from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
+from kilolock.web.control import (
+    MAX_CONTROL_BODY_BYTES,
+    ControlAPI,
+    ControlSite,
+    build_control_root,
+)
 from kilolock.web.forwarded import parse_networks
 from kilolock.web.site import KilolockSite, build_root
 
@@ -34,6 +48,8 @@ LOG_FORMATS = ("text", "json")
 DEFAULT_REQUEST_TIMEOUT = 300.0
 DEFAULT_IDLE_TIMEOUT = 75.0
 DEFAULT_SHUTDOWN_GRACE = 30.0
+#: The shortest KL_CONTROL_TOKEN accepted.
+MIN_CONTROL_TOKEN_LENGTH = 16
 #: Seconds closing connections may take once no request is in flight.
 CLOSE_GRACE = 5.0
 
@@ -54,6 +70,11 @@ class Settings:
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     log_format: str = "text"
+    # Hosted mode (KL_AUTH_MODE=database): the control API's listener and
+    # token, and the state lane's URL as tenants reach it (backend blocks).
+    control_listen: str = "tcp:8090"
+    control_token: str = ""
+    public_url: str | None = None
 
     @classmethod
     def from_sources(cls, options: Mapping[str, Any],
@@ -87,6 +108,9 @@ class Settings:
             shutdown_grace=_number(float, "KL_SHUTDOWN_GRACE", pick(
                 "shutdown-grace", "KL_SHUTDOWN_GRACE", DEFAULT_SHUTDOWN_GRACE)),
             log_format=pick("log-format", "KL_LOG_FORMAT", "text"),
+            control_listen=pick("control-listen", "KL_CONTROL_LISTEN", "tcp:8090"),
+            control_token=environ.get("KL_CONTROL_TOKEN", ""),
+            public_url=pick("public-url", "KL_PUBLIC_URL", None),
         )
         settings.check()
         return settings
@@ -98,6 +122,8 @@ class Settings:
             raise usage.UsageError(f"KL_AUTH_MODE must be one of {', '.join(AUTH_MODES)}")
         if self.auth_mode == "static" and not self.auth_token:
             raise usage.UsageError("KL_AUTH_MODE=static needs KL_AUTH_TOKEN")
+        if self.auth_mode == "database":
+            self._check_hosted()
         if self.max_body_bytes <= 0:
             raise usage.UsageError("KL_MAX_BODY_BYTES must be a positive number of bytes")
         for name, value in (("KL_REQUEST_TIMEOUT", self.request_timeout),
@@ -120,6 +146,26 @@ class Settings:
             raise usage.UsageError(
                 f"--listen {self.listen!r} is not a usable Twisted endpoint string: {error}"
             ) from None
+
+    def _check_hosted(self) -> None:
+        """The settings of the database auth mode."""
+        if len(self.control_token) < MIN_CONTROL_TOKEN_LENGTH:
+            raise usage.UsageError(
+                "KL_AUTH_MODE=database needs KL_CONTROL_TOKEN, the control API's token"
+                f" (at least {MIN_CONTROL_TOKEN_LENGTH} characters)")
+        if self.control_listen == self.listen:
+            raise usage.UsageError("--control-listen must differ from --listen")
+        try:
+            serverFromString(None, self.control_listen)
+        except (ValueError, TypeError, KeyError, OSError) as error:
+            raise usage.UsageError(f"--control-listen {self.control_listen!r} is not a usable"
+                                   f" Twisted endpoint string: {error}") from None
+        if self.public_url is not None:
+            parts = urlsplit(self.public_url)
+            if parts.scheme not in ("http", "https") or not parts.netloc or parts.query \
+                    or parts.fragment:
+                raise usage.UsageError("--public-url must be an http:// or https:// URL such"
+                                       " as https://kilolock.example.com")
 
 
 class Options(usage.Options):
@@ -146,6 +192,12 @@ class Options(usage.Options):
          "seconds in-flight requests get to finish on SIGTERM"
          f" [KL_SHUTDOWN_GRACE, default {DEFAULT_SHUTDOWN_GRACE:g}]"],
         ["log-format", None, None, "text or json [KL_LOG_FORMAT, default text]"],
+        ["control-listen", None, None,
+         "Twisted endpoint of the control API (database auth mode only)"
+         " [KL_CONTROL_LISTEN, default tcp:8090]"],
+        ["public-url", None, None,
+         "the state lane's URL as tenants reach it, for the backend blocks the control API"
+         " hands out [KL_PUBLIC_URL, default http://<control API host>:<listen port>]"],
     ]
 
     def __init__(self) -> None:
@@ -205,7 +257,7 @@ def build_portal_for(settings: Settings, store: IStateStore) -> Any:
     if settings.auth_mode == "static":
         return build_portal(StaticTokenChecker(settings.auth_token))
     if settings.auth_mode == "database":
-        raise usage.UsageError("KL_AUTH_MODE=database is not available yet")
+        return build_portal(DatabaseTokenChecker(ITenantStore(store)))
     return build_portal(OpenChecker())
 
 
@@ -266,6 +318,49 @@ class KilolockService(MultiService):
         return finished
 
 
+class HostedListeners(MultiService):
+    """Hosted mode's two listeners, started and stopped together: the state
+    lane (C{state}) and the control API (C{control}, a L{ControlSite} on
+    C{--control-listen})."""
+
+    def __init__(self, state: IService, settings: Settings, store: IStateStore,
+                 reactor: Any) -> None:
+        super().__init__()
+        self.settings = settings
+        self.state = state
+        api = ControlAPI(store, settings.control_token, reactor, self.public_url)
+        self.control_site = ControlSite(
+            build_control_root(api), max_body_bytes=MAX_CONTROL_BODY_BYTES,
+            request_timeout=settings.request_timeout,
+            trusted_proxies=parse_networks(settings.trusted_proxies),
+            timeout=settings.idle_timeout, reactor=reactor)
+        self.control: IService = endpoint_service(settings.control_listen, self.control_site)
+        state.setServiceParent(self)
+        self.control.setServiceParent(self)
+
+    def public_url(self, request: Any) -> str:
+        """The state lane's base URL for backend blocks: C{--public-url}, or
+        the host the operator reached the control API by, with the port the
+        state lane listens on."""
+        if self.settings.public_url:
+            return self.settings.public_url.rstrip("/")
+        scheme = "https" if self.settings.listen.startswith("ssl:") else "http"
+        host = request.getRequestHostname().decode("ascii", "replace")
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{scheme}://{host}:{self.state_port()}"
+
+    def state_port(self) -> int | None:
+        """The state lane's TCP port (the real one when it listens on port 0)."""
+        waiting = getattr(self.state, "_waitingForPort", None)
+        listening = getattr(waiting, "result", None)
+        port = getattr(getattr(listening, "getHost", lambda: None)(), "port", None)
+        if isinstance(port, int):
+            return port
+        found = re.match(r"^(?:tcp6?|ssl):(?:port=)?(\d+)", self.settings.listen)
+        return int(found.group(1)) if found else None
+
+
 def make_service_from_settings(settings: Settings, reactor: Any = None,
                                store: IStateStore | None = None) -> KilolockService:
     """The whole server: the store service, then the HTTP listener."""
@@ -287,6 +382,8 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
         reactor=reactor,
     )
     web: IService = endpoint_service(settings.listen, site)
+    if settings.auth_mode == "database":
+        web = HostedListeners(web, settings, store, reactor)
     return KilolockService(StoreService(store), web, site, settings.shutdown_grace, reactor)
 
 

@@ -43,6 +43,9 @@ class StateLane:
         the URL alone (before any storage read)."""
         if principal.workspace_id is None:
             return StateKey(principal.tenant, address.path)
+        if (principal.basic_username is not None
+                and principal.basic_username != principal.workspace_id):
+            raise Forbidden("the Basic username must be the token's workspace_id")
         scope = (principal.workspace_id, principal.env_public_id)
         if address.hosted:
             if tuple(address.segments[:2]) != scope:
