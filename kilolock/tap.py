@@ -153,7 +153,8 @@ class Settings:
             raise usage.UsageError(
                 "KL_AUTH_MODE=database needs KL_CONTROL_TOKEN, the control API's token"
                 f" (at least {MIN_CONTROL_TOKEN_LENGTH} characters)")
-        if self.control_listen == self.listen:
+        if self.control_listen == self.listen and not re.match(
+                r"^(?:tcp6?|ssl):(?:port=)?0(?::|$)", self.listen):  # port 0: any free port
             raise usage.UsageError("--control-listen must differ from --listen")
         try:
             serverFromString(None, self.control_listen)
