@@ -415,7 +415,7 @@ class Discovery:
     def __init__(self, client: HttpClient, deadline_seconds: float) -> None:
         self.client = client
         self.seconds = deadline_seconds
-        self.deadline = time.monotonic() + deadline_seconds
+        self.deadline = float("inf")  # set when discovery starts
         self.document: dict[str, Any] | None = None
         self.lanes: dict[str, LaneProbe] = {}
         self._started = False
@@ -429,6 +429,7 @@ class Discovery:
         if self._started:
             return
         self._started = True
+        self.deadline = time.monotonic() + self.seconds
         where = f"{self.client.base_url}/.well-known/kilolock"
         try:
             answer = self.client.request("GET", "/.well-known/kilolock",
@@ -749,7 +750,7 @@ def cmd_state_diff(ctx: Context, args: argparse.Namespace) -> int:
 
     def label(entry: Mapping[str, Any]) -> str:
         deposed = entry.get("deposed")
-        return entry["address"] + (f" (deposed {deposed})" if deposed else "")
+        return str(entry["address"]) + (f" (deposed {deposed})" if deposed else "")
 
     for entry in resources["added"]:
         ctx.out.line(f"+ {label(entry)}")

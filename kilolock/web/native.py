@@ -231,7 +231,7 @@ def _arg(request: Request, name: str) -> str | None:
     if not values:
         return None
     try:
-        return values[-1].decode("utf-8")
+        return str(values[-1].decode("utf-8"))
     except UnicodeDecodeError:
         raise BadRequest(f"the query parameter {name} is not valid UTF-8") from None
 
@@ -431,9 +431,9 @@ class VersionListResource(StateSubresource):
         documents = []
         for version in versions:
             document = version_document(version, current=version is versions[-1])
-            event = by_version.get((version.number, version.sha256))
-            document["kind"] = event.kind if event is not None else STATE_WRITE
-            restored = _detail(event).get("restored_version") if event is not None else None
+            writer = by_version.get((version.number, version.sha256))
+            document["kind"] = writer.kind if writer is not None else STATE_WRITE
+            restored = _detail(writer).get("restored_version") if writer is not None else None
             document["restoredFrom"] = restored if isinstance(restored, int) else None
             documents.append(document)
         return json_response({"state": key.path, "versions": documents})
