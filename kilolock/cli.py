@@ -1230,11 +1230,15 @@ def cmd_tenants(ctx: Context, args: argparse.Namespace) -> int:
     elif action == "delete":
         states = (document or {}).get("deleted_states") or []
         tokens = (document or {}).get("revoked_tokens") or []
-        ctx.out.line(f"deleted tenant {args.slug}: {len(states)} states deleted,"
-                     f" {len(tokens)} tokens revoked")
+        ctx.out.line(f"deleted tenant {args.slug}: {_count(len(states), 'state')} deleted,"
+                     f" {_count(len(tokens), 'token')} revoked")
     else:
         _print_tenant(ctx, document or {}, created=action == "create")
     return EXIT_OK
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def _print_tenant(ctx: Context, tenant: Mapping[str, Any], created: bool) -> None:

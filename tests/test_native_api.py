@@ -58,7 +58,11 @@ GLOBEX = Principal("globex", "gus")
 ACME_SCOPED = Principal("acme", "ci", workspace_id="ws_a", env_public_id="env_1")
 ACME_READER = Principal("acme", "dash", scope="read", workspace_id="ws_a",
                         env_public_id="env_1")
-TOKENS = {"acme": ACME, "globex": GLOBEX, "scoped": ACME_SCOPED, "reader": ACME_READER}
+#: Basic credentials whose username is not the token's workspace.
+ACME_MISNAMED = Principal("acme", "ci", workspace_id="ws_a", env_public_id="env_1",
+                          basic_username="ws_b")
+TOKENS = {"acme": ACME, "globex": GLOBEX, "scoped": ACME_SCOPED, "reader": ACME_READER,
+          "misnamed": ACME_MISNAMED}
 
 
 class Client(StubClient):
@@ -535,3 +539,13 @@ def test_a_scoped_token_sees_only_its_workspace_environment() -> None:
     assert scoped.rollback("app", 1).status == 200
     assert acme.json_get(f"{NATIVE}/states/ws_a/env_1/app")["serial"] == 3
 
+
+
+def test_a_basic_username_other_than_the_workspace_is_403_everywhere() -> None:
+    """The HTTP lane's Basic-username rule holds on every native route, those
+    that name no state included."""
+    misnamed = Client(token="misnamed", table=True)
+    for path in ("/states", "/states/app", "/states/app/-/versions", "/resources", "/events",
+                 "/events/verify"):
+        reply = misnamed.get(NATIVE + path)
+        assert (reply.status, reply.error_code) == (403, "forbidden"), path

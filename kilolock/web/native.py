@@ -300,6 +300,10 @@ class NativeResource(AsyncResource):
     async def principal(self, request: Request, write: bool = False) -> Principal:
         principal = await self.lane.principal(request)
         request.tenant = principal.tenant  # type: ignore[attr-defined]
+        if (principal.workspace_id is not None and principal.basic_username is not None
+                and principal.basic_username != principal.workspace_id):
+            # The rule of StateLane.key_for, for the routes that name no state too.
+            raise Forbidden("the Basic username must be the token's workspace_id")
         if write and not principal.can_write:
             raise Forbidden("this token is read-only")
         return evolve(principal, address=client_address(request))
