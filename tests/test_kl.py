@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -396,3 +398,15 @@ def test_console_script_smoke(kl: Kl, tmp_path: Path) -> None:
     version = run_kl_script("--version", env=kl.env).check()
     assert version.out.startswith("kl ")
     assert run_kl_script("--help", env=kl.env).check().out.startswith("usage: kl")
+
+
+def test_kl_is_a_console_script_that_starts_without_twisted() -> None:
+    """setup.cfg's `kl` entry point is kilolock.cli:main, and importing it loads
+    neither the reactor nor the web tree (a CLI starts fast)."""
+    (entry,) = entry_points(group="console_scripts", name="kl")
+    assert entry.value == "kilolock.cli:main"
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, kilolock.cli;"
+         " print(sorted(m for m in sys.modules if m.startswith(('twisted.internet.reactor',"
+         " 'kilolock.web', 'psycopg2'))))"], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"
