@@ -15,6 +15,7 @@ from test_store_contract import (  # noqa: F401 - fixtures
     clock,
     failure_of,
     lock,
+    postgres_store,
     store,
     store_backend,
     upload,
@@ -436,3 +437,57 @@ async def test_two_tenants_with_state_prod_never_meet(store: Any) -> None:
     b_id, b_key = written["b"]
     assert await store.read_current(StateKey(b_id, a_key.path)) is None
     assert await store.read_current(StateKey(a_id, b_key.path)) is None
+
+
+# -- PostgreSQL only: a deletion that commits while a write waits ---------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_write_waiting_behind_an_environment_deletion_is_refused(
+        postgres_dsn: str) -> None:
+    """A write whose request was let in before its environment was deleted,
+    and which reaches the database while the deletion holds the tenant's row,
+    fails with 401 once the deletion commits, leaving no state behind (the
+    event trigger of 002_hosted.sql, which sees the committed deletion)."""
+    import psycopg2
+    from twisted.internet import reactor
+    from twisted.internet.task import deferLater
+
+    store = postgres_store(postgres_dsn)
+    await store.start()
+    try:
+        tenant = await store.create_tenant("acme", "Acme", CONTROL)
+        doomed = await store.create_environment("acme", "default", "doomed", CONTROL)
+        issued = await store.create_token("acme", "ci", None, doomed.id, "write", CONTROL)
+        key = StateKey(tenant.id, f"{doomed.workspace_id}/{doomed.id}/app")
+
+        deleting = psycopg2.connect(postgres_dsn)
+        watcher = psycopg2.connect(postgres_dsn)
+        watcher.autocommit = True
+        try:
+            with deleting.cursor() as cursor:  # what delete_environment does, unfinished
+                cursor.execute("SELECT id FROM tenants WHERE id = %s FOR UPDATE", (tenant.id,))
+                cursor.execute("UPDATE api_tokens SET revoked_at = now() WHERE env_public_id = %s",
+                               (doomed.id,))
+                cursor.execute("DELETE FROM environments WHERE id = %s", (doomed.id,))
+            writing = store.write_state(key, upload(state_body(1)), None,
+                                        token_principal(issued))
+            for _ in range(200):
+                with watcher.cursor() as cursor:
+                    cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname ="
+                                   " current_database() AND wait_event_type = 'Lock'")
+                    (waiting,) = cursor.fetchone()
+                if waiting:
+                    break
+                await deferLater(reactor, 0.02)
+            assert waiting == 1, "the write never waited for the tenant row"
+            assert not writing.called
+            deleting.commit()
+            await failure_of(writing, Unauthorized)
+        finally:
+            deleting.close()
+            watcher.close()
+        assert await store.get_summary(key) is None
+        assert await store.list_states(tenant.id) == []
+    finally:
+        await store.stop()

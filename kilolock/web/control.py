@@ -69,25 +69,18 @@ from kilolock.model import (
     rfc3339,
     utcnow,
 )
-from kilolock.web._base import JSON, AsyncResource, Response, response_for_error, write_response
+from kilolock.web._base import AsyncResource, Response, response_for_error, write_response
 from kilolock.web.body import read_body
 from kilolock.web.health import HealthResource
-from kilolock.web.native import event_document, lock_document
+from kilolock.web.native import event_document, json_response, lock_document
 from kilolock.web.paths import validate_segment
 from kilolock.web.request import client_address
-from kilolock.web.site import KilolockSite
+from kilolock.web.site import KilolockSite, _Branch
 
 #: The name control-plane events record as their principal.
 CONTROL_PRINCIPAL = "control"
 #: Largest control request body (they are small JSON objects).
 MAX_CONTROL_BODY_BYTES = 64 * 1024
-
-_NO_STORE = {b"Cache-Control": b"no-store"}
-
-
-def json_response(document: Any, status: int = 200) -> Response:
-    body = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
-    return Response(status, body, JSON, dict(_NO_STORE))
 
 
 def _time(moment: datetime | None) -> str | None:
@@ -510,20 +503,6 @@ class ControlResource(AsyncResource):
         raise NotFound("no such control API route; see docs/hosting.md")
 
 
-class _ControlBranch(Resource):
-    def getChild(self, path: bytes, request: Request) -> Resource:
-        return _NotFound()
-
-    def render(self, request: Request) -> Any:
-        return _NotFound().render(request)
-
-
-class _NotFound(AsyncResource):
-    def render(self, request: Request) -> Any:
-        write_response(request, response_for_error(NotFound("no such route")))
-        return NOT_DONE_YET
-
-
 class ControlSite(KilolockSite):
     """The control listener's site: a Kilolock site (body limit, deadlines,
     request ids, access events) whose log lines say C{ControlSite}, e.g.
@@ -532,8 +511,8 @@ class ControlSite(KilolockSite):
 
 def build_control_root(api: ControlAPI) -> Resource:
     """The control listener's tree: C{/v1/api/...} and C{/healthz}."""
-    root = _ControlBranch()
-    v1 = _ControlBranch()
+    root = _Branch()
+    v1 = _Branch()
     root.putChild(b"v1", v1)
     root.putChild(b"healthz", HealthResource())
     v1.putChild(b"api", ControlResource(api))
