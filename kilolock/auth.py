@@ -78,9 +78,11 @@ def credentials_from_header(header: bytes | None) -> ICredentials:
 
 def presented_secret(credentials: ICredentials) -> bytes | None:
     if IUsernamePassword.providedBy(credentials):
-        return credentials.password  # type: ignore[no-any-return]
+        password: bytes = credentials.password
+        return password
     if IBearerToken.providedBy(credentials):
-        return credentials.token  # type: ignore[no-any-return]
+        token: bytes = credentials.token
+        return token
     return None
 
 
@@ -90,7 +92,7 @@ class OpenChecker:
 
     credentialInterfaces = (ICredentials,)
 
-    def requestAvatarId(self, credentials: ICredentials) -> Deferred[Principal]:
+    def requestAvatarId(self, credentials: ICredentials) -> Deferred[Principal]:  # type: ignore[override]
         return succeed(Principal(tenant=DEFAULT_TENANT, name="anonymous"))
 
 
@@ -106,7 +108,7 @@ class StaticTokenChecker:
             raise ValueError("KL_AUTH_MODE=static needs KL_AUTH_TOKEN")
         self._token = token.encode()
 
-    def requestAvatarId(self, credentials: ICredentials) -> Deferred[Principal]:
+    def requestAvatarId(self, credentials: ICredentials) -> Deferred[Principal]:  # type: ignore[override]
         secret = presented_secret(credentials)
         if secret is None or not hmac.compare_digest(secret, self._token):
             return fail(UnauthorizedLogin())
@@ -132,7 +134,7 @@ class DatabaseTokenChecker:
     def __init__(self, store: ITenantStore) -> None:
         self._store = store
 
-    def requestAvatarId(self, credentials: ICredentials) -> Deferred[Principal]:
+    def requestAvatarId(self, credentials: ICredentials) -> Deferred[Principal]:  # type: ignore[override]
         secret = presented_secret(credentials)
         if secret is None or not hosted.looks_like_secret(secret):
             return fail(UnauthorizedLogin())

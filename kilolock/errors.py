@@ -40,10 +40,7 @@ class InvalidPath(BadRequest):
     def __init__(self, rule: str, message: str) -> None:
         super().__init__(message)
         self.rule = rule
-
-    @property  # type: ignore[override]
-    def code(self) -> str:
-        return self.rule
+        self.code = rule  # type: ignore[misc]  # the rule is this error's code
 
 
 class InvalidState(BadRequest):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from attrs import frozen
@@ -173,7 +173,7 @@ class Options(usage.Options):
     synopsis = "[options]"
     longdesc = ("Kilolock: a Terraform/OpenTofu remote state server (http backend). "
                 "Every option also reads a KL_* environment variable.")
-    optParameters = [
+    optParameters: ClassVar[list[list[Any]]] = [
         ["listen", "l", None, "Twisted endpoint to serve on [KL_LISTEN, default tcp:8080]"],
         ["store", "s", None, "state store: memory or postgres [KL_STORE, default postgres]"],
         ["database", "d", None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, ClassVar
 
 from attrs import field, frozen
@@ -78,7 +78,7 @@ def log_unexpected(failure: Failure) -> str:
     return incident
 
 
-Handler = Callable[[Request], Awaitable[Response]]
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
 class AsyncResource(Resource):
@@ -133,18 +133,23 @@ class AsyncResource(Resource):
                     metrics = site_metrics(request)
                     if metrics is not None:
                         metrics.lock_conflicts.inc()
-                answer(response_for_error(failure.value))
+                error = failure.value
+                assert isinstance(error, KilolockError)
+                answer(response_for_error(error))
                 return
             incident = log_unexpected(failure)
             answer(Response(500, error_body(
                 "internal_error", f"internal error (incident {incident}); see the server log"),
                 JSON))
 
+        def unexpected(failure: Failure) -> None:
+            log_unexpected(failure)
+
         request.notifyFinish().addBoth(gone)
         work: Deferred[Response] = ensureDeferred(handler(request))
         pending.append(work)
-        work.addCallbacks(answer, failed)
-        return work.addErrback(lambda f: log_unexpected(f) and None)
+        finishing: Deferred[None] = work.addCallbacks(answer, failed)
+        return finishing.addErrback(unexpected)
 
 
 class NotFoundResource(AsyncResource):

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
@@ -490,7 +490,8 @@ class ControlResource(AsyncResource):
             write_response(request, response_for_error(error))
             return NOT_DONE_YET
         request.route = route.template  # type: ignore[attr-defined]
-        method: Callable[[Request, Params], Awaitable[Response]] = getattr(self.api, name)
+        method: Callable[[Request, Params], Coroutine[Any, Any, Response]] = getattr(
+            self.api, name)
         self.run(request, lambda req: method(req, params), request.method == b"GET")
         return NOT_DONE_YET
 

@@ -73,7 +73,12 @@ from kilolock.model import (
 from kilolock.statediff import diff_states, output_document, outputs_of, restore_body
 from kilolock.web._base import JSON, AsyncResource, Response, error_body
 from kilolock.web.body import THREAD_THRESHOLD, prepare_upload, read_body
-from kilolock.web.paths import StateAddress, parse_state_segments, validate_segment
+from kilolock.web.paths import (
+    StateAddress,
+    consume_segments,
+    parse_state_segments,
+    validate_segment,
+)
 from kilolock.web.request import client_address, site_metrics
 from kilolock.web.states import ErrorResource, StateLane
 
@@ -699,9 +704,7 @@ class _Consumer(Resource):
         self.route = route
 
     def getChild(self, path: bytes, request: Request) -> Resource:
-        raw_segments = [path, *request.postpath]
-        request.prepath.extend(request.postpath)
-        request.postpath = []
+        raw_segments = consume_segments(path, request)
         if raw_segments == [b""]:
             return self.leaf()
         return self.route(raw_segments)

@@ -7,6 +7,8 @@ interpreted.
 
 from __future__ import annotations
 
+from typing import Any
+
 from attrs import frozen
 
 from kilolock.errors import InvalidPath
@@ -74,3 +76,16 @@ def parse_state_segments(raw_segments: list[bytes],
     if len(segments) not in (1, 3):
         return None
     return StateAddress(tuple(segments)), lock_alias
+
+
+def consume_segments(path: bytes, request: Any) -> list[bytes]:
+    """Take C{path} and every segment after it off the request's C{postpath}
+    (a collection resource resolves all of them at once).
+
+    @return: the raw (percent-decoded, not yet validated) segments.
+    """
+    remaining: list[bytes] = request.postpath or []
+    if request.prepath is not None:
+        request.prepath.extend(remaining)
+    request.postpath = []
+    return [path, *remaining]

@@ -11,7 +11,9 @@ import uuid
 from typing import Any
 
 from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web.http import HTTPChannel
 from twisted.web.server import Request
 
@@ -44,6 +46,8 @@ class KilolockChannel(HTTPChannel):
     head or its body is disconnected then.  (The idle timeout alone would
     not do: every byte received resets it.)"""
 
+    #: Set by the site that builds the channel.
+    site: Any = None
     _deadline: IDelayedCall | None = None
     _receiving = False
 
@@ -68,7 +72,7 @@ class KilolockChannel(HTTPChannel):
         self._end_receiving()
         super().allContentReceived()
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._end_receiving()
         connections = getattr(self.site, "connections", None)
         if connections is not None:
@@ -87,8 +91,9 @@ class KilolockChannel(HTTPChannel):
         self._deadline = None
         log.info("dropped a client that did not send its request within {timeout} s",
                  timeout=getattr(self.site, "request_timeout", None))
-        if self.transport is not None:
-            self.transport.abortConnection()
+        transport: Any = self.transport
+        if transport is not None:
+            transport.abortConnection()
 
 
 class KilolockRequest(Request):
@@ -138,7 +143,8 @@ class KilolockRequest(Request):
             return
         self._received += len(data)
         if self._received > self._limit():
-            self.content.close()
+            if self.content is not None:
+                self.content.close()
             self._refuse()
             return
         super().handleContentChunk(data)
@@ -157,7 +163,7 @@ class KilolockRequest(Request):
         _count(self._kilolock_site, "in_flight", change)
         metrics = self._site_setting("metrics", None)
         if metrics is not None:
-            metrics.in_flight.set(self._kilolock_site.in_flight)
+            metrics.in_flight.set(self._site_setting("in_flight", 0))
 
     def _limit(self) -> int:
         return int(self._site_setting("max_body_bytes", DEFAULT_MAX_BODY_BYTES))
@@ -176,10 +182,11 @@ class KilolockRequest(Request):
                 b"Connection: close\r\n"
                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
         log.info("refused a request body over {limit} bytes", limit=limit)
-        self.channel.transport.write(head + body)
+        transport: Any = self.channel.transport
+        transport.write(head + body)
         call_later = getattr(self.channel, "callLater", None)
         if call_later is not None:
-            call_later(self.linger_seconds, self.channel.transport.loseConnection)
+            call_later(self.linger_seconds, transport.loseConnection)
 
     # -- who is calling -----------------------------------------------------
 

@@ -12,12 +12,12 @@ from twisted.web.server import Site
 from kilolock.interfaces import IStateStore
 from kilolock.metrics import Metrics
 from kilolock.web._base import NotFoundResource
-from kilolock.web.request import DEFAULT_MAX_BODY_BYTES, KilolockChannel, KilolockRequest
-from kilolock.web.forwarded import Network
 from kilolock.web.discovery import DiscoveryResource
+from kilolock.web.forwarded import Network
 from kilolock.web.health import HealthResource, ReadinessResource
 from kilolock.web.metrics import MetricsResource
 from kilolock.web.native import NativeRoot
+from kilolock.web.request import DEFAULT_MAX_BODY_BYTES, KilolockChannel, KilolockRequest
 from kilolock.web.states import StateLane, StatesCollection
 
 
@@ -58,7 +58,7 @@ class KilolockSite(Site):
     structured C{kilolock.access} events (Twisted's own access log is off)."""
 
     requestFactory = KilolockRequest
-    protocol = KilolockChannel
+    protocol = KilolockChannel  # type: ignore[assignment]  # plain HTTP/1.1, no h2 upgrade
 
     def __init__(self, resource: Resource, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  request_timeout: float | None = None,

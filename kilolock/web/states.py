@@ -23,7 +23,7 @@ from kilolock.interfaces import IStateStore
 from kilolock.model import LockInfo, Principal, StateKey
 from kilolock.web._base import JSON, AsyncResource, Response, response_for_error, write_response
 from kilolock.web.body import check_md5, parse_upload, read_body, unlock_lock_id
-from kilolock.web.paths import StateAddress, parse_state_segments
+from kilolock.web.paths import StateAddress, consume_segments, parse_state_segments
 from kilolock.web.request import client_address, site_metrics
 
 
@@ -55,7 +55,7 @@ class StateLane:
 
 
 def _query_id(request: Request) -> str | None:
-    values = (request.args or {}).get(b"ID")
+    values: list[bytes] = (request.args or {}).get(b"ID") or []
     if not values or not values[0]:
         return None
     return values[0].decode("utf-8", "replace")
@@ -186,9 +186,7 @@ class StatesCollection(Resource):
         self.unlock_only = unlock_only
 
     def getChild(self, path: bytes, request: Request) -> Resource:
-        raw_segments = [path, *request.postpath]
-        request.prepath.extend(request.postpath)
-        request.postpath = []
+        raw_segments = consume_segments(path, request)
         try:
             parsed = parse_state_segments(raw_segments, allow_lock_suffix=not self.unlock_only)
         except InvalidPath as error:
