@@ -36,7 +36,8 @@ WORKDIR /var/lib/kilolock
 # The embedded PostgreSQL's data directory (unused when KL_DATABASE_URL is set).
 ENV KL_DATA_DIR=/var/lib/kilolock/data
 
-EXPOSE 8080
+# 8080: the state lanes; 8090: the control API (KL_AUTH_MODE=database only).
+EXPOSE 8080 8090
 
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4)"]

@@ -146,7 +146,7 @@ def test_dockerfile_cmd_is_a_valid_twistd_kilolock_command_line() -> None:
     assert parsed["command"] == "kilolock"
     assert parsed["kilolock"]["listen"] == "tcp:8080"
     exposed = [rest for keyword, rest in dockerfile_instructions() if keyword == "EXPOSE"]
-    assert exposed == ["8080"]
+    assert exposed[0].split() == ["8080", "8090"]
 
 
 def test_dockerfile_copies_everything_the_package_build_reads() -> None:
@@ -210,14 +210,16 @@ def test_compose_runs_kilolock_against_a_healthy_postgres_16() -> None:
 
 
 def test_compose_publishes_the_port_the_image_listens_on_to_localhost_only() -> None:
-    """Kilolock's published port maps to the Dockerfile's listening port, on
-    127.0.0.1 only; PostgreSQL publishes nothing."""
+    """Kilolock's published ports map to the Dockerfile's listening port and
+    the control API's default port, on 127.0.0.1 only; PostgreSQL publishes
+    nothing."""
     compose = load_compose()
-    [mapping] = compose["services"]["kilolock"]["ports"]
-    host_address, _host_port, container_port = interpolate_defaults(mapping).split(":")
-    assert host_address == "127.0.0.1"
+    state_lane, control = compose["services"]["kilolock"]["ports"]
     listen = dockerfile_cmd()[dockerfile_cmd().index("--listen") + 1]
-    assert container_port == listen.split(":")[1]
+    for mapping, port in ((state_lane, listen.split(":")[1]), (control, "8090")):
+        host_address, _host_port, container_port = interpolate_defaults(mapping).split(":")
+        assert host_address == "127.0.0.1"
+        assert container_port == port
     assert "ports" not in compose["services"]["postgres"]
 
 
