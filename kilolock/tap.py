@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -263,16 +263,21 @@ def build_portal_for(settings: Settings, store: IStateStore) -> Any:
 
 
 class KilolockService(MultiService):
-    """The store, then the listener; stopped in the opposite order, one step
+    """The store, then the listeners; stopped in the opposite order, one step
     at a time: stop accepting connections, let in-flight requests finish
-    (at most C{grace} seconds), then close the store."""
+    (at most C{grace} seconds), close the connections, then close the store.
+
+    C{site} is the state lanes' site; C{sites} every site whose requests are
+    drained (the control API's too, in hosted mode)."""
 
     def __init__(self, store_service: StoreService, web_service: IService,
-                 site: KilolockSite, grace: float, clock: Any) -> None:
+                 site: KilolockSite, grace: float, clock: Any,
+                 sites: Sequence[KilolockSite] = ()) -> None:
         super().__init__()
         self.store_service = store_service
         self.web_service = web_service
         self.site = site
+        self.sites = tuple(sites) or (site,)
         self.grace = grace
         self.clock = clock
         store_service.setServiceParent(self)
@@ -286,8 +291,8 @@ class KilolockService(MultiService):
         Service.stopService(self)
         stopping: Deferred[Any] = maybeDeferred(self.web_service.stopService)
         stopping.addCallback(lambda _: self._wait_until(
-            lambda: self.site.receiving + self.site.in_flight == 0, self.grace,
-            "stopping with requests still in flight"))
+            lambda: all(site.receiving + site.in_flight == 0 for site in self.sites),
+            self.grace, "stopping with requests still in flight"))
         stopping.addCallback(lambda _: self._close_connections())
         stopping.addCallback(lambda _: self.store_service.stopService())
         return stopping
@@ -295,10 +300,11 @@ class KilolockService(MultiService):
     def _close_connections(self) -> Deferred[None]:
         """Close every connection gently (answers already written are flushed
         first), so the last acknowledgements reach their clients."""
-        for channel in list(self.site.connections):
-            channel.loseConnection()
-        return self._wait_until(lambda: not self.site.connections, CLOSE_GRACE,
-                                "connections did not close in time")
+        for site in self.sites:
+            for channel in list(site.connections):
+                channel.loseConnection()
+        return self._wait_until(lambda: not any(site.connections for site in self.sites),
+                                CLOSE_GRACE, "connections did not close in time")
 
     def _wait_until(self, done: Callable[[], bool], seconds: float,
                     warning: str) -> Deferred[None]:
@@ -383,9 +389,13 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
         reactor=reactor,
     )
     web: IService = endpoint_service(settings.listen, site)
+    sites = [site]
     if settings.auth_mode == "database":
-        web = HostedListeners(web, settings, store, reactor)
-    return KilolockService(StoreService(store), web, site, settings.shutdown_grace, reactor)
+        hosted = HostedListeners(web, settings, store, reactor)
+        sites.append(hosted.control_site)
+        web = hosted
+    return KilolockService(StoreService(store), web, site, settings.shutdown_grace, reactor,
+                           sites=sites)
 
 
 def makeService(options: Mapping[str, Any], reactor: Any = None) -> KilolockService:
