@@ -61,6 +61,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from kilolock.errors import InvalidState
@@ -95,7 +96,8 @@ def parse_state(raw: bytes) -> ParsedState:
 
     @raise InvalidState: the body is not a v4 state nor an encrypted envelope.
     """
-    doc = _load(raw)
+    streamed = _StreamedResources()
+    doc = _load(raw, streamed)
     if not isinstance(doc, dict):
         raise InvalidState(f"the body must be a JSON object, not {_kind(doc)}")
     if any(key in doc for key in _ENVELOPE_KEYS):
@@ -106,7 +108,7 @@ def parse_state(raw: bytes) -> ParsedState:
     parsed = ParsedState(
         serial=serial,
         lineage=lineage,
-        projection=project_state(doc),
+        projection=project_state(doc, streamed),
         terraform_version=_clean(version) if isinstance(version, str) else None,
     )
     if len(raw) >= PIECEWISE_THRESHOLD:
@@ -127,7 +129,35 @@ def _dismantle(doc: dict[str, Any]) -> None:
                 value.pop()
 
 
-def _load(raw: bytes) -> Any:
+class _StreamedResources:
+    """The projection of a large state's C{resources}, made while the array is
+    decoded, one resource at a time (see L{_decode_piecewise}): the decoded
+    resources are dropped as soon as they are projected, so a 100 MB state
+    never exists as a whole document of Python objects (about 1.6 times its
+    size) next to its projection.
+
+    @ivar marker: what the document holds under C{resources} instead of the list.
+    """
+
+    def __init__(self) -> None:
+        self.marker: list[Any] = []
+        self.restart()
+
+    def restart(self) -> _StreamedResources:
+        """Start over (a repeated C{resources} key: the last one wins)."""
+        self.rows: list[ResourceRow] = []
+        self.dependencies: list[DependencyRow] = []
+        self.seen: set[tuple[str, str]] = set()
+        self.count = 0
+        return self
+
+    def add(self, resource: Any) -> None:
+        _project_resource(f"resources[{self.count}]", resource, self.rows, self.dependencies,
+                          self.seen)
+        self.count += 1
+
+
+def _load(raw: bytes, streamed: _StreamedResources | None = None) -> Any:
     if not raw or raw.isspace():
         raise InvalidState("the body is empty; send the state as JSON")
     try:
@@ -138,7 +168,7 @@ def _load(raw: bytes) -> Any:
         raise InvalidState("the body starts with a byte order mark; send plain UTF-8 JSON")
     try:
         if len(text) >= PIECEWISE_THRESHOLD:
-            return _decode_piecewise(text)
+            return _decode_piecewise(text, streamed)
         return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise InvalidState(
@@ -167,7 +197,7 @@ def _skip(text: str, position: int) -> int:
     return match.end()
 
 
-def _decode_piecewise(text: str) -> Any:
+def _decode_piecewise(text: str, streamed: _StreamedResources | None = None) -> Any:
     """Decode like C{json.loads}, but parse the arrays held by a top-level
     object one element at a time.
 
@@ -176,7 +206,10 @@ def _decode_piecewise(text: str) -> Any:
     of a second.  Decoding the big arrays element by element gives the GIL
     back between elements, so a large state parsed in a thread no longer
     stops the server from answering other requests.  The result, duplicate
-    keys included (the last wins), is what C{json.loads} returns.
+    keys included (the last wins), is what C{json.loads} returns -- except
+    that with C{streamed}, a C{resources} array that follows C{"version": 4}
+    (Terraform writes the version first) is projected element by element
+    into C{streamed} and the document holds C{streamed.marker} instead.
     """
     position = _skip(text, 0)
     if text[position:position + 1] != "{":
@@ -196,7 +229,11 @@ def _decode_piecewise(text: str) -> Any:
                 raise json.JSONDecodeError("Expecting ':' delimiter", text, position)
             position = _skip(text, position + 1)
             if text[position:position + 1] == "[":
-                doc[key], position = _decode_array(text, position)
+                if key == "resources" and streamed is not None and _streams_resources(doc):
+                    position = _decode_array_into(text, position, streamed.restart().add)
+                    doc[key] = streamed.marker
+                else:
+                    doc[key], position = _decode_array(text, position)
             else:
                 doc[key], position = _DECODER.raw_decode(text, position)
             position = _skip(text, position)
@@ -211,18 +248,32 @@ def _decode_piecewise(text: str) -> Any:
     return doc
 
 
+def _streams_resources(doc: dict[str, Any]) -> bool:
+    """Whether the document decoded so far is a v4 state, not an envelope."""
+    version = doc.get("version")
+    return (_is_int(version) and version == SUPPORTED_VERSION
+            and not any(key in doc for key in _ENVELOPE_KEYS))
+
+
 def _decode_array(text: str, position: int) -> tuple[list[Any], int]:
     items: list[Any] = []
+    return items, _decode_array_into(text, position, items.append)
+
+
+def _decode_array_into(text: str, position: int, consume: Callable[[Any], None]) -> int:
+    """Decode the array at C{position}, handing each element to C{consume};
+    @return: the position after it."""
     position = _skip(text, position + 1)
     if text[position:position + 1] == "]":
-        return items, position + 1
+        return position + 1
     while True:
         item, position = _DECODER.raw_decode(text, position)
-        items.append(item)
+        consume(item)
+        del item
         position = _skip(text, position)
         delimiter = text[position:position + 1]
         if delimiter == "]":
-            return items, position + 1
+            return position + 1
         if delimiter != ",":
             raise json.JSONDecodeError("Expecting ',' delimiter", text, position)
         position = _skip(text, position + 1)
@@ -287,14 +338,20 @@ def _parse_envelope(doc: dict[str, Any]) -> ParsedState:
 # project_state
 
 
-def project_state(doc: dict[str, Any]) -> Projection:
+def project_state(doc: dict[str, Any],
+                  streamed: _StreamedResources | None = None) -> Projection:
     """Project a v4 state document into resource, dependency and output rows.
 
-    C{doc} is not modified.
+    C{doc} is not modified.  With C{streamed} (L{parse_state}'s), resources
+    the decoder already projected are taken from it.
 
     @raise InvalidState: C{resources}, C{outputs} or an entry of them has the
         wrong shape.
     """
+    if streamed is not None and doc.get("resources") is streamed.marker:
+        return Projection(resources=tuple(streamed.rows),
+                          dependencies=tuple(streamed.dependencies),
+                          outputs=_project_outputs(doc.get("outputs")))
     resources: list[ResourceRow] = []
     dependencies: list[DependencyRow] = []
     seen: set[tuple[str, str]] = set()

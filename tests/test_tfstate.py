@@ -787,3 +787,54 @@ def test_large_state_is_parsed_piecewise_with_the_same_projection() -> None:
     truncated = body[: len(body) // 2]
     with pytest.raises(InvalidState, match="not valid JSON"):
         tfstate.parse_state(truncated)
+
+
+def _resource(name: str, id_: object) -> str:
+    return json.dumps({"mode": "managed", "type": "t", "name": name, "provider": "p",
+                       "instances": [{"attributes": {"id": id_}, "dependencies": ["t.x"]}]})
+
+
+_A, _B, _C = _resource("a", 1), _resource("b", 2), _resource("c", 3)
+
+
+@pytest.mark.parametrize(
+    ("text", "streams"),
+    [
+        ('{"version": 4, "serial": 1, "lineage": "l", "resources": [' + _A + ", " + _B + "]}",
+         True),
+        ('{"resources": [' + _A + '], "version": 4, "serial": 1, "lineage": "l"}', False),
+        ('{"version": 4, "resources": [' + _A + '], "serial": 1, "lineage": "l",'
+         ' "resources": [' + _B + ", " + _C + "]}", True),
+        ('{"version": 4, "resources": [], "serial": 1, "lineage": "l"}', True),
+        ('{"version": "4", "resources": [' + _A + '], "serial": 1, "lineage": "l"}', False),
+        ('{"version": 4, "encrypted_data": "x", "resources": [' + _A + "]}", False),
+    ],
+)
+def test_resources_projected_while_decoding_equal_the_whole_document(
+        text: str, streams: bool) -> None:
+    """A v4 state's resources projected element by element during the decode
+    (version first) give project_state's rows for the whole document; other
+    orders and envelopes keep the plain array; a repeated key: the last wins."""
+    from kilolock.tfstate import _decode_piecewise, _StreamedResources
+
+    streamed = _StreamedResources()
+    doc = _decode_piecewise(text, streamed)
+    assert (doc["resources"] is streamed.marker) is streams
+    whole = json.loads(text)
+    assert {k: v for k, v in doc.items() if k != "resources"} == {
+        k: v for k, v in whole.items() if k != "resources"}
+    if "encrypted_data" not in whole and whole.get("version") == 4:
+        assert project_state(doc, streamed) == project_state(whole)
+
+
+def test_a_bad_resource_in_a_large_state_is_named_by_position() -> None:
+    """Projecting while decoding still reports a malformed resource by its index."""
+    from kilolock import tfstate
+
+    good = json.loads(_resource("a", "x" * 2000))
+    resources = [good] * 700 + [{"mode": "managed", "type": 3}] + [good]
+    body = json.dumps({"version": 4, "serial": 1, "lineage": "l",
+                       "resources": resources}).encode()
+    assert len(body) > tfstate.PIECEWISE_THRESHOLD
+    with pytest.raises(InvalidState, match=r"resources\[700\] has no string type"):
+        tfstate.parse_state(body)

@@ -100,6 +100,7 @@ from kilolock.model import (
 )
 from kilolock.resource_query import attribute_steps, check_query, like_pattern
 from kilolock.store.embedded import EmbeddedPostgres
+from kilolock.store.postgres_bulk import BlockingSession, binary_copy, register_casters, text_copy
 from kilolock.store.postgres_hosted import OWNER_GONE_SQLSTATE, HostedPostgresStore
 from kilolock.store.schema import SCHEMA_VERSION, SchemaTooNew, ensure_schema, schema_version
 
@@ -134,6 +135,9 @@ _ACQUIRE_ATTEMPTS = 10
 LARGE_UPLOAD_BYTES = 1 << 20
 #: Projections with more rows than this are decoded in a thread.
 LARGE_PROJECTION_ROWS = 2000
+#: Writes of states at least this big, and reads of them, run on a blocking
+#: connection in a thread (see L{kilolock.store.postgres_bulk}).
+LARGE_TRANSFER_BYTES = 8 << 20
 
 #: Seconds between attempts of a call refused by a reconnecting connection.
 _REFUSAL_PAUSE = 0.05
@@ -627,8 +631,11 @@ class PostgresStateStore(HostedPostgresStore):
 
     # -- running transactions ---------------------------------------------
 
-    def _transaction(self, txn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> Deferred[T]:
-        """Run C{txn(cursor, *args)} as one transaction.
+    def _transaction(self, txn: Callable[..., Coroutine[Any, Any, T]], *args: Any,
+                     blocking: bool = False) -> Deferred[T]:
+        """Run C{txn(cursor, *args)} as one transaction; with C{blocking}, on
+        a blocking connection in a thread (for transactions that move many
+        megabytes; the cursor then also has C{copy_bytea_out}).
 
         @return: a Deferred firing with its result; database unavailability
             becomes L{ServiceUnavailable}; a deadlock is retried.
@@ -643,10 +650,10 @@ class PostgresStateStore(HostedPostgresStore):
                     waiter.callback(None)
             return result
 
-        return ensureDeferred(self._run_transaction(txn, args)).addBoth(finished)
+        return ensureDeferred(self._run_transaction(txn, args, blocking)).addBoth(finished)
 
     async def _run_transaction(self, txn: Callable[..., Coroutine[Any, Any, T]],
-                               args: tuple[Any, ...]) -> T:
+                               args: tuple[Any, ...], blocking: bool = False) -> T:
         if self._stopped:
             raise ServiceUnavailable("the state store is stopped", retry_after=RETRY_AFTER)
         pool = await self._ready_pool()
@@ -654,8 +661,9 @@ class PostgresStateStore(HostedPostgresStore):
         refusals = 0
         while True:
             try:
-                result: T = await self._bounded(
-                    pool, lambda cursor: ensureDeferred(txn(cursor, *args)))
+                result: T = await (
+                    self._bounded_blocking(txn, args) if blocking
+                    else self._bounded(pool, lambda cursor: ensureDeferred(txn(cursor, *args))))
             except TransactionRollbackError:
                 if attempt >= TRANSACTION_ATTEMPTS:
                     raise ServiceUnavailable(retry_after=1) from None
@@ -735,6 +743,38 @@ class PostgresStateStore(HostedPostgresStore):
         running.addBoth(settle)
         return outcome
 
+    def _bounded_blocking(self, txn: Callable[..., Coroutine[Any, Any, T]],
+                          args: tuple[Any, ...]) -> Deferred[T]:
+        """Run C{txn} on a L{BlockingSession} in a thread, failing with
+        L{ServiceUnavailable} after the operation timeout (the running
+        statement is cancelled, so the transaction rolls back)."""
+        assert self._dsn is not None
+        session = BlockingSession(self._dsn, register_casters(_BYTEA_AS_HEX))
+        running = self._in_thread(session.run, txn, args)
+        outcome: Deferred[T] = Deferred()
+
+        def give_up() -> None:
+            session.cancel()
+            if not outcome.called:
+                log.warn("a state database call exceeded {seconds} s",
+                         seconds=self._operation_timeout)
+                outcome.errback(ServiceUnavailable(retry_after=RETRY_AFTER))
+
+        timer = self._reactor.callLater(self._operation_timeout, give_up)
+
+        def settle(result: Any) -> None:
+            if timer.active():
+                timer.cancel()
+            if outcome.called:
+                return
+            if isinstance(result, Failure):
+                outcome.errback(result)
+            else:
+                outcome.callback(result)
+
+        running.addBoth(settle)
+        return outcome
+
     def _in_thread(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
         return deferToThreadPool(self._reactor, self._reactor.getThreadPool(), function, *args)
 
@@ -745,26 +785,31 @@ class PostgresStateStore(HostedPostgresStore):
         or None when the state has no version."""
         return self._state_bytes(self._read_current_txn, key)
 
-    async def _read_current_txn(self, cursor: Any, key: StateKey) -> str | None:
+    async def _read_current_txn(self, cursor: Any, key: StateKey) -> str | int | None:
         await cursor.execute(
-            "SELECT v.raw_state FROM state_versions v JOIN states s ON s.id = v.state_id"
+            f"SELECT {_small_raw_state()}, v.id FROM state_versions v"  # noqa: S608 - constant
+            " JOIN states s ON s.id = v.state_id"
             " WHERE s.tenant_id = %s AND s.path = %s ORDER BY v.number DESC LIMIT 1",
             (key.tenant, key.path))
-        row = cursor.fetchone()
-        return None if row is None else str(row[0])
+        return _small_raw_or_version_id(cursor.fetchone())
 
-    def _state_bytes(self, txn: Callable[..., Coroutine[Any, Any, str | None]],
+    def _state_bytes(self, txn: Callable[..., Coroutine[Any, Any, str | int | None]],
                      *args: Any) -> Deferred[bytes | None]:
-        """Run C{txn}, which selects one bytea as hex text, and decode it (in a
-        thread when it is large).  @return: a Deferred firing with the bytes."""
+        """Run C{txn}, which selects one version's bytea as hex text when it
+        is small, else the version's id (see L{_small_raw_state}); decode the
+        hex (in a thread when it is big), or read a large version with a
+        binary COPY on a blocking connection.  @return: a Deferred firing
+        with the bytes (None: no such version)."""
 
         async def read() -> bytes | None:
-            hex_text = await self._transaction(txn, *args)
-            if hex_text is None:
+            found = await self._transaction(txn, *args)
+            if found is None:
                 return None
-            if len(hex_text) >= 2 * LARGE_UPLOAD_BYTES:
-                return await self._in_thread(_bytes_from_hex, hex_text)
-            return _bytes_from_hex(hex_text)
+            if isinstance(found, int):
+                return await self._transaction(_copy_raw_state_txn, found, blocking=True)
+            if len(found) >= 2 * LARGE_UPLOAD_BYTES:
+                return await self._in_thread(_bytes_from_hex, found)
+            return _bytes_from_hex(found)
 
         return ensureDeferred(read())
 
@@ -780,19 +825,24 @@ class PostgresStateStore(HostedPostgresStore):
 
         async def write() -> WriteOutcome:
             await self._ready_pool()  # learns whether the database is UTF-8
-            if len(upload.raw) >= LARGE_UPLOAD_BYTES:
+            prepared: _WriteParameters | _BulkWrite
+            if len(upload.raw) >= LARGE_TRANSFER_BYTES:
+                prepared = _BulkWrite.of(upload)
+            elif len(upload.raw) >= LARGE_UPLOAD_BYTES:
                 prepared = await self._in_thread(_WriteParameters.of, upload,
                                                  self._utf8_database)
             else:
                 prepared = _WriteParameters.of(upload, self._utf8_database)
             return await self._transaction(self._write_txn, key, upload, lock_id,
-                                           principal, prepared, event_kind, event_detail)
+                                           principal, prepared, event_kind, event_detail,
+                                           blocking=len(upload.raw) >= LARGE_TRANSFER_BYTES)
 
         return ensureDeferred(write())
 
     async def _write_txn(self, cursor: Any, key: StateKey, upload: StateUpload,
                          lock_id: str | None, principal: Principal,
-                         prepared: _WriteParameters, event_kind: str = STATE_WRITE,
+                         prepared: _WriteParameters | _BulkWrite,
+                         event_kind: str = STATE_WRITE,
                          event_detail: Mapping[str, Any] | None = None) -> WriteOutcome:
         now = self.clock()
         state_id = await self._lock_state_row_txn(cursor, key, now, create=True)
@@ -984,13 +1034,14 @@ class PostgresStateStore(HostedPostgresStore):
         None when the state has no such version."""
         return self._state_bytes(self._read_version_txn, key, number)
 
-    async def _read_version_txn(self, cursor: Any, key: StateKey, number: int) -> str | None:
+    async def _read_version_txn(self, cursor: Any, key: StateKey,
+                                number: int) -> str | int | None:
         await cursor.execute(
-            "SELECT v.raw_state FROM state_versions v JOIN states s ON s.id = v.state_id"
+            f"SELECT {_small_raw_state()}, v.id FROM state_versions v"  # noqa: S608 - constant
+            " JOIN states s ON s.id = v.state_id"
             " WHERE s.tenant_id = %s AND s.path = %s AND v.number = %s",
             (key.tenant, key.path, number))
-        row = cursor.fetchone()
-        return None if row is None else str(row[0])
+        return _small_raw_or_version_id(cursor.fetchone())
 
     def get_projection(self, key: StateKey) -> Deferred[Projection | None]:
         """@return: a Deferred firing with the L{Projection} of the current
@@ -1165,7 +1216,9 @@ class PostgresStateStore(HostedPostgresStore):
         return [_version(row) for row in cursor.fetchall()]
 
     async def _insert_version_txn(self, cursor: Any, state_id: int, version: StateVersion,
-                                  prepared: _WriteParameters) -> int:
+                                  prepared: _WriteParameters | _BulkWrite) -> int:
+        if isinstance(prepared, _BulkWrite):
+            return await _copy_version_txn(cursor, state_id, version, prepared)
         await cursor.execute(
             "WITH touched AS (UPDATE states SET updated_at = %(now)s WHERE id = %(state)s)"
             " INSERT INTO state_versions (state_id, number, serial, lineage, sha256, size,"
@@ -1181,9 +1234,13 @@ class PostgresStateStore(HostedPostgresStore):
         return int(version_id)
 
     async def _replace_projection_txn(self, cursor: Any, state_id: int, version_id: int,
-                                      prepared: _WriteParameters) -> None:
+                                      prepared: _WriteParameters | _BulkWrite) -> None:
         """Delete the previous version's projection rows and insert the new
-        ones: one statement, one bulk insert per table."""
+        ones: one statement, one bulk insert per table (on the blocking path:
+        one COPY per table)."""
+        if isinstance(prepared, _BulkWrite):
+            await _copy_projection_txn(cursor, state_id, version_id, prepared)
+            return
         await cursor.execute(_REPLACE_PROJECTION, {
             "state": state_id, "version": version_id, "resources": prepared.resources,
             "dependencies": prepared.dependencies, "outputs": prepared.outputs,
@@ -1222,6 +1279,101 @@ class PostgresStateStore(HostedPostgresStore):
             "hash": event.hash,
         })
         return event
+
+
+def _small_raw_state() -> str:
+    """The SQL for the raw state of a version row C{v} when it is small
+    (hex text), else NULL (the caller then reads it by id with
+    L{_copy_raw_state_txn})."""
+    return f"CASE WHEN v.size < {int(LARGE_TRANSFER_BYTES)} THEN v.raw_state END"
+
+
+def _small_raw_or_version_id(row: Any) -> str | int | None:
+    """From a (L{_small_raw_state}, id) row: the hex text, or the version id
+    of a large state, or None when there is no row."""
+    if row is None:
+        return None
+    raw, version_id = row
+    return int(version_id) if raw is None else str(raw)
+
+
+@define
+class _BulkWrite:
+    """What a write on the blocking path sends with COPY: the state's bytes
+    as they are and the projection's rows (see L{kilolock.store.postgres_bulk})."""
+
+    raw: bytes
+    projection: Projection
+    resource_count: int
+
+    @classmethod
+    def of(cls, upload: StateUpload) -> _BulkWrite:
+        projection = upload.parsed.projection or Projection()
+        return cls(upload.raw, projection, len(projection.resources))
+
+
+_COPY_VERSION = (
+    "COPY state_versions (id, state_id, number, serial, lineage, sha256, size, raw_state,"
+    " created_at, principal, projected, resource_count) FROM STDIN (FORMAT binary)"
+)
+
+
+async def _copy_version_txn(cursor: Any, state_id: int, version: StateVersion,
+                            prepared: _BulkWrite) -> int:
+    """L{PostgresStateStore._insert_version_txn} with a binary COPY (a
+    blocking transaction's cursor).  @return: the new row's id."""
+    await cursor.execute(
+        "WITH touched AS (UPDATE states SET updated_at = %(now)s WHERE id = %(state)s)"
+        " SELECT nextval(pg_get_serial_sequence('state_versions', 'id'))",
+        {"state": state_id, "now": version.created_at})
+    (version_id,) = cursor.fetchone()
+    cursor.copy_in(_COPY_VERSION, binary_copy([(
+        ("int8", version_id), ("int8", state_id), ("int4", version.number),
+        ("int8", version.serial), ("text", version.lineage), ("text", version.sha256),
+        ("int8", version.size), ("bytea", prepared.raw), ("timestamptz", version.created_at),
+        ("text", version.principal), ("bool", version.projected),
+        ("int4", prepared.resource_count),
+    )]))
+    return int(version_id)
+
+
+async def _copy_projection_txn(cursor: Any, state_id: int, version_id: int,
+                               prepared: _BulkWrite) -> None:
+    """L{PostgresStateStore._replace_projection_txn} with one COPY per table
+    (a blocking transaction's cursor); ordinals count from 1 like the
+    statement's WITH ORDINALITY."""
+    await cursor.execute(
+        "DELETE FROM resources WHERE state_id = %(state)s;"
+        " DELETE FROM resource_dependencies WHERE state_id = %(state)s;"
+        " DELETE FROM outputs WHERE state_id = %(state)s", {"state": state_id})
+    projection = prepared.projection
+    cursor.copy_in(
+        "COPY resources (state_id, version_id, ordinal, address, module, mode, type, name,"
+        " provider, index_key, deposed, attributes) FROM STDIN",
+        text_copy((state_id, version_id, ordinal, row.address, row.module, row.mode, row.type,
+                   row.name, row.provider,
+                   None if row.index_key is None else _jsonb_safe(row.index_key),
+                   row.deposed, _jsonb_safe(row.attributes))
+                  for ordinal, row in enumerate(projection.resources, 1)))
+    cursor.copy_in(
+        "COPY resource_dependencies (state_id, version_id, ordinal, address, depends_on)"
+        " FROM STDIN",
+        text_copy((state_id, version_id, ordinal, row.address, row.depends_on)
+                  for ordinal, row in enumerate(projection.dependencies, 1)))
+    cursor.copy_in(
+        "COPY outputs (state_id, version_id, ordinal, name, type, value, sensitive) FROM STDIN",
+        text_copy((state_id, version_id, ordinal, row.name,
+                   None if row.type is None else _jsonb_safe(row.type),
+                   None if row.value is None else _jsonb_safe(row.value), row.sensitive)
+                  for ordinal, row in enumerate(projection.outputs, 1)))
+
+
+async def _copy_raw_state_txn(cursor: Any, version_id: int) -> bytes | None:
+    """The raw state of version C{version_id}, read with a binary COPY (a
+    blocking transaction's cursor); None when the version is gone."""
+    raw: bytes | None = cursor.copy_bytea_out(
+        "SELECT raw_state FROM state_versions WHERE id = %s", (version_id,))
+    return raw
 
 
 async def _prepare_database_txn(cursor: Any) -> tuple[tuple[int, int], str]:

@@ -1,0 +1,279 @@
+"""Large states on a blocking connection in a worker thread.
+
+The asynchronous path (txpostgres on the reactor thread) drives libpq in
+non-blocking mode, where sending a big query is quadratic: every partial
+flush of the socket (a few hundred KB) moves the whole unsent rest of
+libpq's output buffer to its front.  A 120 MB state costs seconds of
+C{memmove} on the reactor thread that way.  In blocking mode libpq sends the
+buffer in one pass.  So the store runs the transactions that move many
+megabytes -- writing a large state, reading one -- as the very same
+C{_x_txn} coroutines, but on a short-lived blocking psycopg2 connection in a
+thread of the reactor's pool, where they also get COPY:
+
+  - L{BlockingSession.run} drives a coroutine whose every C{await
+    cursor.execute(...)} completes at once (the cursor here returns a fired
+    Deferred), inside one transaction: committed when it returns, rolled back
+    when it raises;
+  - L{BlockingCursor.copy_bytea_out} reads one bytea with C{COPY ... TO STDOUT
+    (FORMAT binary)}: the bytes as stored, neither hex-encoded by the server
+    nor decoded here;
+  - L{BlockingCursor.copy_in} streams rows into a table with C{COPY ... FROM
+    STDIN}: L{binary_copy} (a state's bytes go in as they are: no SQL literal
+    for the server to scan, no quoted copy here) or L{text_copy} (projection
+    rows, escaped as COPY's text format wants, produced a megabyte at a time);
+  - L{BlockingSession.cancel} (from any thread) cancels the running statement,
+    so an overall deadline holds.
+
+Nothing here logs query parameters or the connection string.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+import threading
+from collections.abc import Callable, Coroutine, Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import psycopg2
+from psycopg2.extensions import register_type
+from twisted.internet.defer import Deferred, succeed
+
+__all__ = ["BlockingCursor", "BlockingSession", "binary_copy", "single_bytea_from_copy",
+           "text_copy"]
+
+T = TypeVar("T")
+
+#: The signature that starts PostgreSQL's binary COPY format.
+_COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+#: Bytes handed to libpq per COPY data message.
+COPY_CHUNK = 1 << 20
+#: Where PostgreSQL's binary timestamps count from.
+_POSTGRES_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+class BlockingCursor:
+    """A psycopg2 cursor of a blocking connection, shaped like a txpostgres
+    cursor: C{execute} runs the statement and returns a fired Deferred."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+
+    def execute(self, query: str, params: Any = None) -> Deferred[None]:
+        self._cursor.execute(query, params)
+        return succeed(None)
+
+    def copy_bytea_out(self, query: str, params: Any = None) -> bytes | None:
+        """The single bytea column of the single row C{query} selects (None
+        when it selects no row), read with a binary COPY."""
+        sink = _Chunks()
+        statement = self._cursor.mogrify(query, params).decode("utf-8")
+        self._cursor.copy_expert(f"COPY ({statement}) TO STDOUT (FORMAT binary)", sink)
+        return single_bytea_from_copy(sink.chunks)
+
+    def copy_in(self, statement: str, data: Iterable[bytes]) -> None:
+        """Run C{statement} (a C{COPY ... FROM STDIN}), sending C{data}."""
+        self._cursor.copy_expert(statement, _Reader(data), size=COPY_CHUNK)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+
+class _Reader:
+    """A read-only file over an iterable of byte strings (for C{copy_expert})."""
+
+    def __init__(self, data: Iterable[bytes]) -> None:
+        self._data = iter(data)
+
+    def read(self, size: int = -1) -> bytes:
+        parts: list[bytes] = []
+        total = 0
+        for part in self._data:
+            parts.append(part)
+            total += len(part)
+            if 0 <= size <= total:
+                break
+        return b"".join(parts)
+
+    def readline(self, size: int = -1) -> bytes:
+        return self.read(size)
+
+
+def binary_copy(rows: Iterable[Iterable[tuple[str, Any]]]) -> Iterator[bytes]:
+    """Rows in PostgreSQL's binary COPY format, a piece at a time.
+
+    A row is a sequence of (type, value) fields, the types being C{int8},
+    C{int4}, C{bool}, C{text}, C{timestamptz} (an aware datetime) and
+    C{bytea} (any bytes-like value, sent in L{COPY_CHUNK} slices without a
+    copy of the whole); a None value is NULL.
+    """
+    yield _COPY_SIGNATURE + struct.pack("!II", 0, 0)
+    for row in rows:
+        fields = list(row)
+        yield struct.pack("!h", len(fields))
+        for kind, value in fields:
+            if value is None:
+                yield struct.pack("!i", -1)
+                continue
+            if kind == "bytea":
+                view = memoryview(value).cast("B")
+                yield struct.pack("!i", len(view))
+                for start in range(0, len(view), COPY_CHUNK):
+                    yield bytes(view[start:start + COPY_CHUNK])
+                continue
+            data = _binary_field(kind, value)
+            yield struct.pack("!i", len(data)) + data
+    yield struct.pack("!h", -1)
+
+
+def _binary_field(kind: str, value: Any) -> bytes:
+    if kind == "int8":
+        return struct.pack("!q", value)
+    if kind == "int4":
+        return struct.pack("!i", value)
+    if kind == "bool":
+        return b"\x01" if value else b"\x00"
+    if kind == "text":
+        return str(value).encode("utf-8")
+    if kind == "timestamptz":
+        delta = value - _POSTGRES_EPOCH
+        return struct.pack("!q", (delta.days * 86400 + delta.seconds) * 1_000_000
+                           + delta.microseconds)
+    raise ValueError(f"no binary COPY encoding for {kind}")
+
+
+def text_copy(rows: Iterable[Iterable[Any]]) -> Iterator[bytes]:
+    """Rows in COPY's text format (tab-separated, backslash escapes, C{\\N}
+    for NULL; str, int and bool values), UTF-8, about L{COPY_CHUNK} bytes
+    a piece."""
+    lines: list[str] = []
+    size = 0
+    for row in rows:
+        line = "\t".join(_text_field(value) for value in row) + "\n"
+        lines.append(line)
+        size += len(line)
+        if size >= COPY_CHUNK:
+            yield "".join(lines).encode("utf-8")
+            lines.clear()
+            size = 0
+    if lines:
+        yield "".join(lines).encode("utf-8")
+
+
+def _text_field(value: Any) -> str:
+    if value is None:
+        return "\\N"
+    if value is True or value is False:
+        return "t" if value else "f"
+    text = str(value)
+    if "\\" in text:
+        text = text.replace("\\", "\\\\")
+    if "\t" in text or "\n" in text or "\r" in text:
+        text = text.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return text
+
+
+class _Chunks:
+    """A write-only file for C{copy_expert}: keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self.chunks.append(data)
+        return len(data)
+
+
+def single_bytea_from_copy(chunks: list[bytes]) -> bytes | None:
+    """The one bytea field of the (zero or one) row of a binary COPY stream.
+
+    The format: an 11-byte signature, a 32-bit flags field, a 32-bit header
+    extension length and that many bytes; per row a 16-bit field count and,
+    per field, a 32-bit length (-1: NULL) and the bytes; a 16-bit -1 at the end.
+    """
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    chunks.clear()
+    view = memoryview(data)
+    if bytes(view[:11]) != _COPY_SIGNATURE:
+        raise ValueError("not a binary COPY stream")
+    (extension,) = struct.unpack_from("!I", view, 15)
+    position = 19 + extension
+    (fields,) = struct.unpack_from("!h", view, position)
+    if fields == -1:
+        return None
+    if fields != 1:
+        raise ValueError(f"expected one field per row, got {fields}")
+    (length,) = struct.unpack_from("!i", view, position + 2)
+    start = position + 6
+    if length < 0:
+        raise ValueError("the bytea is NULL")
+    if start + length + 2 > len(view):
+        raise ValueError("truncated binary COPY stream")
+    return bytes(view[start:start + length])
+
+
+class BlockingSession:
+    """One transaction on its own blocking connection, run in a worker thread.
+
+    @param dsn: the libpq connection string (with Kilolock's session settings:
+        statement timeout, connect timeout, ...).
+    @param prepare_connection: called with each new connection (e.g. to
+        register the store's type casters).
+    """
+
+    def __init__(self, dsn: str, prepare_connection: Callable[[Any], None]) -> None:
+        self._dsn = dsn
+        self._prepare_connection = prepare_connection
+        self._connection: Any = None
+        self._cancelled = False
+        self._mutex = threading.Lock()
+
+    def run(self, txn: Callable[..., Coroutine[Any, Any, T]], args: tuple[Any, ...]) -> T:
+        """Run C{txn(cursor, *args)} as one transaction (blocking: call it in
+        a thread).  @return: its result."""
+        connection = psycopg2.connect(self._dsn)
+        try:
+            with self._mutex:
+                self._connection = connection
+                cancelled = self._cancelled
+            if cancelled:
+                raise psycopg2.extensions.QueryCanceledError("cancelled before it started")
+            self._prepare_connection(connection)
+            with connection, connection.cursor() as cursor:  # commit, or roll back
+                return _drive(txn(BlockingCursor(cursor), *args))
+        finally:
+            with self._mutex:
+                self._connection = None
+            connection.close()
+
+    def cancel(self) -> None:
+        """Cancel the running statement, if any (from any thread); a session
+        not started yet fails as soon as it connects."""
+        with self._mutex:
+            self._cancelled = True
+            connection = self._connection
+            if connection is not None:
+                with contextlib.suppress(psycopg2.Error):
+                    connection.cancel()
+
+
+def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine whose every await completes at once; its result."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coroutine.close()
+    raise TypeError("a transaction step waited for something other than its blocking cursor")
+
+
+def register_casters(*casters: Any) -> Callable[[Any], None]:
+    """A C{prepare_connection} that registers psycopg2 type casters."""
+
+    def prepare(connection: Any) -> None:
+        for caster in casters:
+            register_type(caster, connection)
+
+    return prepare
