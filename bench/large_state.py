@@ -79,6 +79,40 @@ def floor_times(dsn: str, body: bytes) -> tuple[float, float]:
     return insert, select
 
 
+def copy_floor_times(dsn: str, body: bytes) -> tuple[float, float]:
+    """A second reference, not the issue's floor: the same bytes through
+    psycopg2 on a blocking connection with a binary COPY in and out (what
+    Kilolock's large-state path uses).  @return: (insert s, select s)."""
+    import io
+    import struct
+
+    import psycopg2
+
+    connection = psycopg2.connect(dsn)
+    try:
+        cursor = connection.cursor()
+        cursor.execute("CREATE TEMP TABLE copy_floor (raw bytea)")
+        connection.commit()
+        stream = (b"PGCOPY\n\xff\r\n\x00" + struct.pack("!IIhi", 0, 0, 1, len(body)) + body
+                  + struct.pack("!h", -1))
+        started = time.monotonic()
+        cursor.copy_expert("COPY copy_floor FROM STDIN (FORMAT binary)", io.BytesIO(stream),
+                           size=1 << 20)
+        connection.commit()
+        insert = time.monotonic() - started
+        del stream
+        sink = io.BytesIO()
+        started = time.monotonic()
+        cursor.copy_expert("COPY copy_floor TO STDOUT (FORMAT binary)", sink)
+        raw = sink.getbuffer()[25:-2].tobytes()
+        connection.commit()
+        select = time.monotonic() - started
+        assert raw == body
+    finally:
+        connection.close()
+    return insert, select
+
+
 async def small_get_loop(port: int, stop: asyncio.Event, latencies: list[float]) -> None:
     connection = await Connection.open(port)
     try:
@@ -147,6 +181,7 @@ def main() -> None:
     from kilolock.store.embedded import EmbeddedPostgres
 
     floors: list[tuple[float, float]] = []
+    copy_floors: list[tuple[float, float]] = []
     results: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
     with tempfile.TemporaryDirectory(prefix="kilolock-bench-pg-") as scratch:
         cluster = EmbeddedPostgres(Path(scratch) / "data", database="bench")
@@ -157,6 +192,9 @@ def main() -> None:
                 insert, select = floor_times(dsn, body)
                 floors.append((insert, select))
                 print(f"floor (psycopg 3, binary): insert {insert:.2f} s, select {select:.2f} s")
+                copy_floors.append(copy_floor_times(dsn, body))
+                print(f"reference (psycopg2, blocking, binary COPY): insert"
+                      f" {copy_floors[-1][0]:.2f} s, select {copy_floors[-1][1]:.2f} s")
                 for kind in kinds:
                     extra = ["--database", dsn] if kind == "postgres" else []
                     with running(kind, extra) as (port, pid):
@@ -173,6 +211,9 @@ def main() -> None:
         select = statistics.median(f[1] for f in floors)
         print(f"-- medians of {args.rounds} rounds")
         print(f"floor (psycopg 3, binary): insert {insert:.2f} s, select {select:.2f} s")
+        print(f"reference (psycopg2, blocking, binary COPY): insert"
+              f" {statistics.median(f[0] for f in copy_floors):.2f} s,"
+              f" select {statistics.median(f[1] for f in copy_floors):.2f} s")
         for kind in kinds:
             median = {name: statistics.median(r[name] for r in results[kind])
                       for name in results[kind][0]}
