@@ -7,6 +7,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from attrs import evolve
+
 from kilolock.model import AuditEvent, LockInfo, Principal, rfc3339
 
 #: The C{prev_hash} of a tenant's first event.
@@ -15,7 +17,21 @@ GENESIS = "0" * 64
 
 def event_hash(event: AuditEvent) -> str:
     """SHA-256 over the previous hash and the event's canonical JSON fields."""
-    canonical = json.dumps(
+    return hashlib.sha256((event.prev_hash + _canonical(event)).encode()).hexdigest()
+
+
+def event_hash_template(event: AuditEvent) -> tuple[str, str]:
+    """L{event_hash}'s input around the event's C{seq}: the hash is the
+    SHA-256 of C{prev_hash + prefix + str(seq) + suffix} (ASCII), for a
+    database that links and hashes an event in the statement that appends it
+    (when the chain head is read there).  C{event.seq} is ignored."""
+    canonical = _canonical(evolve(event, seq=0))
+    prefix, suffix = canonical.split('"seq":0,', 1)  # keys are sorted: not the last
+    return prefix + '"seq":', "," + suffix
+
+
+def _canonical(event: AuditEvent) -> str:
+    return json.dumps(
         {
             "seq": event.seq,
             "tenant": event.tenant,
@@ -31,7 +47,6 @@ def event_hash(event: AuditEvent) -> str:
         sort_keys=True,
         separators=(",", ":"),
     )
-    return hashlib.sha256((event.prev_hash + canonical).encode()).hexdigest()
 
 
 def first_broken_link(events: Iterable[AuditEvent]) -> AuditEvent | None:

@@ -64,7 +64,7 @@ from txpostgres.retrying import simpleBackoffIterator
 from txpostgres.txpostgres import Connection, ConnectionPool, RollbackFailed, _PollingMixin
 from zope.interface import implementer
 
-from kilolock.audit import delete_detail, event_hash, lock_detail, write_detail
+from kilolock.audit import delete_detail, event_hash_template, lock_detail, write_detail
 from kilolock.errors import (
     KilolockError,
     LockConflict,
@@ -1251,15 +1251,12 @@ class PostgresStateStore(HostedPostgresStore):
                                 lock_id: str | None = None, serial: int | None = None,
                                 sha256: str | None = None,
                                 detail: dict[str, Any] | None = None) -> AuditEvent:
-        """Append an event to the tenant's chain: lock the chain head on the
-        tenant row (creating the tenant if needed), link, hash, insert."""
-        await cursor.execute(
-            "INSERT INTO tenants (id) VALUES (%s)"
-            " ON CONFLICT (id) DO UPDATE SET chain_seq = tenants.chain_seq"
-            " RETURNING chain_seq, chain_head", (tenant,))
-        last_seq, last_hash = cursor.fetchone()
+        """Append an event to the tenant's chain in one statement: lock the
+        chain head on the tenant row, link, hash (L{event_hash_template}:
+        PostgreSQL's sha256() over the text L{event_hash} hashes), insert,
+        move the head.  A missing tenant is created first."""
         event = AuditEvent(
-            seq=last_seq + 1,
+            seq=0,
             tenant=tenant,
             kind=kind,
             state_path=state_path,
@@ -1269,16 +1266,22 @@ class PostgresStateStore(HostedPostgresStore):
             serial=serial,
             sha256=sha256,
             detail=json.dumps(detail or {}, sort_keys=True, separators=(",", ":")),
-            prev_hash=last_hash,
         )
-        event = evolve(event, hash=event_hash(event))
-        await cursor.execute(_APPEND_EVENT, {
-            "tenant": tenant, "seq": event.seq, "kind": kind, "path": state_path,
-            "principal": principal, "at": at, "lock_id": lock_id, "serial": serial,
-            "sha256": sha256, "detail": event.detail, "prev_hash": event.prev_hash,
-            "hash": event.hash,
-        })
-        return event
+        prefix, suffix = event_hash_template(event)
+        params = {
+            "tenant": tenant, "kind": kind, "path": state_path, "principal": principal,
+            "at": at, "lock_id": lock_id, "serial": serial, "sha256": sha256,
+            "detail": event.detail, "prefix": prefix, "suffix": suffix,
+        }
+        await cursor.execute(_APPEND_EVENT, params)
+        row = cursor.fetchone()
+        if row is None:  # no such tenant yet
+            await cursor.execute(
+                "INSERT INTO tenants (id) VALUES (%s) ON CONFLICT (id) DO NOTHING", (tenant,))
+            await cursor.execute(_APPEND_EVENT, params)
+            row = cursor.fetchone()
+        seq, prev_hash, hash_ = row
+        return evolve(event, seq=seq, prev_hash=prev_hash, hash=hash_)
 
 
 def _small_raw_state() -> str:
@@ -1483,16 +1486,29 @@ _EVENT_COLUMNS = (
     " prev_hash, hash"
 )
 
+# One statement: the chain head is locked (FOR NO KEY UPDATE, the lock an
+# UPDATE of the row takes: it serialises appends but, unlike FOR UPDATE, not
+# the foreign-key checks of rows inserted for the tenant meanwhile; only the
+# last CTE modifies the row), the event linked and hashed, the head moved.
+# No row comes back when the tenant does not exist.
 _APPEND_EVENT = """
-WITH appended AS (
+WITH head AS (
+    SELECT chain_seq + 1 AS seq, chain_head AS prev FROM tenants
+    WHERE id = %(tenant)s FOR NO KEY UPDATE
+), appended AS (
     INSERT INTO events (tenant_id, seq, kind, state_path, principal, at, lock_id, serial,
                         sha256, detail, prev_hash, hash)
-    VALUES (%(tenant)s, %(seq)s, %(kind)s, %(path)s, %(principal)s, %(at)s, %(lock_id)s,
-            %(serial)s, %(sha256)s, %(detail)s, %(prev_hash)s, %(hash)s)
-    RETURNING tenant_id, seq, hash
+    SELECT %(tenant)s, head.seq, %(kind)s, %(path)s, %(principal)s, %(at)s, %(lock_id)s,
+           %(serial)s, %(sha256)s, %(detail)s, head.prev,
+           encode(sha256(convert_to(head.prev || %(prefix)s || head.seq || %(suffix)s,
+                                    'UTF8')), 'hex')
+    FROM head
+    RETURNING seq, prev_hash, hash
+), moved AS (
+    UPDATE tenants SET chain_seq = appended.seq, chain_head = appended.hash
+    FROM appended WHERE tenants.id = %(tenant)s
 )
-UPDATE tenants SET chain_seq = appended.seq, chain_head = appended.hash
-FROM appended WHERE tenants.id = appended.tenant_id
+SELECT seq, prev_hash, hash FROM appended
 """
 
 
