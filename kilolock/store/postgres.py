@@ -847,9 +847,9 @@ class PostgresStateStore(HostedPostgresStore):
         now = self.clock()
         state_id = await self._lock_state_row_txn(cursor, key, now, create=True)
         assert state_id is not None
-        await self._check_lock_txn(cursor, state_id, lock_id)
         serial = upload.parsed.serial
-        candidates = await self._versions_with_serial_or_current_txn(cursor, state_id, serial)
+        held, candidates = await self._lock_and_candidates_txn(cursor, state_id, serial)
+        _check_held_lock(held, lock_id)
         for version in candidates:
             if version.serial == serial and version.sha256 == upload.sha256:
                 return WriteOutcome(version=version, created=False)
@@ -866,13 +866,25 @@ class PostgresStateStore(HostedPostgresStore):
             principal=principal.name,
             projected=upload.parsed.projection is not None,
         )
-        version_id = await self._insert_version_txn(cursor, state_id, version, prepared)
-        await self._replace_projection_txn(cursor, state_id, version_id, prepared)
-        await self._append_event_txn(cursor, key.tenant, event_kind, principal.name, key.path,
-                                     now, lock_id=lock_id, serial=serial, sha256=upload.sha256,
-                                     detail={**write_detail(version.number, version.size,
-                                                            principal),
-                                             **(event_detail or {})})
+        detail = {**write_detail(version.number, version.size, principal), **(event_detail or {})}
+        if isinstance(prepared, _BulkWrite):
+            version_id = await _copy_version_txn(cursor, state_id, version, prepared)
+            await _copy_projection_txn(cursor, state_id, version_id, prepared)
+            await self._append_event_txn(cursor, key.tenant, event_kind, principal.name,
+                                         key.path, now, lock_id=lock_id, serial=serial,
+                                         sha256=upload.sha256, detail=detail)
+        else:
+            _, params = _event_parameters(key.tenant, event_kind, principal.name, key.path, now,
+                                          lock_id=lock_id, serial=serial, sha256=upload.sha256,
+                                          detail=detail)
+            await cursor.execute(_WRITE_VERSION, {
+                **params, "state": state_id, "number": version.number,
+                "lineage": version.lineage, "size": version.size, "raw": prepared.raw_state,
+                "projected": version.projected, "resource_count": prepared.resource_count,
+                "resources": prepared.resources, "dependencies": prepared.dependencies,
+                "outputs": prepared.outputs})
+            if cursor.fetchone() is None:  # the tenant is missing: it never is (a foreign key)
+                raise RuntimeError("the state's tenant row is missing")
         return WriteOutcome(version=version, created=True)
 
     def delete_state(self, key: StateKey, lock_id: str | None,
@@ -1194,57 +1206,18 @@ class PostgresStateStore(HostedPostgresStore):
         transaction has locked (so no lock can be taken until it ends)."""
         await cursor.execute("SELECT lock_id, info FROM locks WHERE state_id = %s FOR SHARE",
                              (state_id,))
-        held = cursor.fetchone()
-        if lock_id is not None:
-            if held is None:
-                raise LockNotHeld()
-            if held[0] != lock_id:
-                raise LockConflict(_bytes_from_hex(held[1]), status=423)
-        elif held is not None:
-            raise LockConflict(_bytes_from_hex(held[1]), status=423)
+        _check_held_lock(cursor.fetchone(), lock_id)
 
-    async def _versions_with_serial_or_current_txn(self, cursor: Any, state_id: int,
-                                                   serial: int) -> list[StateVersion]:
-        """The versions with C{serial} plus the current one, oldest first (so
-        the current version, if any, is last)."""
-        await cursor.execute(
-            f"SELECT {_VERSION_COLUMNS} FROM state_versions v"  # noqa: S608 - constant columns
-            " WHERE v.state_id = %(state)s"
-            " AND (v.serial = %(serial)s OR v.number = (SELECT max(number) FROM state_versions"
-            " WHERE state_id = %(state)s)) ORDER BY v.number",
-            {"state": state_id, "serial": serial})
-        return [_version(row) for row in cursor.fetchall()]
-
-    async def _insert_version_txn(self, cursor: Any, state_id: int, version: StateVersion,
-                                  prepared: _WriteParameters | _BulkWrite) -> int:
-        if isinstance(prepared, _BulkWrite):
-            return await _copy_version_txn(cursor, state_id, version, prepared)
-        await cursor.execute(
-            "WITH touched AS (UPDATE states SET updated_at = %(now)s WHERE id = %(state)s)"
-            " INSERT INTO state_versions (state_id, number, serial, lineage, sha256, size,"
-            " raw_state, created_at, principal, projected, resource_count)"
-            " VALUES (%(state)s, %(number)s, %(serial)s, %(lineage)s, %(sha256)s, %(size)s,"
-            " %(raw)s, %(now)s, %(principal)s, %(projected)s, %(resources)s) RETURNING id",
-            {"state": state_id, "number": version.number, "serial": version.serial,
-             "lineage": version.lineage, "sha256": version.sha256, "size": version.size,
-             "raw": prepared.raw_state, "now": version.created_at,
-             "principal": version.principal, "projected": version.projected,
-             "resources": prepared.resource_count})
-        (version_id,) = cursor.fetchone()
-        return int(version_id)
-
-    async def _replace_projection_txn(self, cursor: Any, state_id: int, version_id: int,
-                                      prepared: _WriteParameters | _BulkWrite) -> None:
-        """Delete the previous version's projection rows and insert the new
-        ones: one statement, one bulk insert per table (on the blocking path:
-        one COPY per table)."""
-        if isinstance(prepared, _BulkWrite):
-            await _copy_projection_txn(cursor, state_id, version_id, prepared)
-            return
-        await cursor.execute(_REPLACE_PROJECTION, {
-            "state": state_id, "version": version_id, "resources": prepared.resources,
-            "dependencies": prepared.dependencies, "outputs": prepared.outputs,
-        })
+    async def _lock_and_candidates_txn(self, cursor: Any, state_id: int,
+                                       serial: int) -> tuple[Any, list[StateVersion]]:
+        """What a write checks, in one statement, on a state row this
+        transaction has locked: the lock held (its id and info, or None; FOR
+        SHARE, as L{_check_lock_txn}) and the versions with C{serial} plus the
+        current one, oldest first (so the current version, if any, is last)."""
+        await cursor.execute(_LOCK_AND_CANDIDATES, {"state": state_id, "serial": serial})
+        rows = cursor.fetchall()
+        held = None if rows[0][0] is None else rows[0][:2]
+        return held, [_version(row[2:]) for row in rows if row[2] is not None]
 
     async def _append_event_txn(self, cursor: Any, tenant: str, kind: str, principal: str,
                                 state_path: str | None, at: datetime, *,
@@ -1255,24 +1228,9 @@ class PostgresStateStore(HostedPostgresStore):
         chain head on the tenant row, link, hash (L{event_hash_template}:
         PostgreSQL's sha256() over the text L{event_hash} hashes), insert,
         move the head.  A missing tenant is created first."""
-        event = AuditEvent(
-            seq=0,
-            tenant=tenant,
-            kind=kind,
-            state_path=state_path,
-            principal=principal,
-            at=at,
-            lock_id=lock_id,
-            serial=serial,
-            sha256=sha256,
-            detail=json.dumps(detail or {}, sort_keys=True, separators=(",", ":")),
-        )
-        prefix, suffix = event_hash_template(event)
-        params = {
-            "tenant": tenant, "kind": kind, "path": state_path, "principal": principal,
-            "at": at, "lock_id": lock_id, "serial": serial, "sha256": sha256,
-            "detail": event.detail, "prefix": prefix, "suffix": suffix,
-        }
+        event, params = _event_parameters(tenant, kind, principal, state_path, at,
+                                          lock_id=lock_id, serial=serial, sha256=sha256,
+                                          detail=detail)
         await cursor.execute(_APPEND_EVENT, params)
         row = cursor.fetchone()
         if row is None:  # no such tenant yet
@@ -1282,6 +1240,44 @@ class PostgresStateStore(HostedPostgresStore):
             row = cursor.fetchone()
         seq, prev_hash, hash_ = row
         return evolve(event, seq=seq, prev_hash=prev_hash, hash=hash_)
+
+
+def _check_held_lock(held: Any, lock_id: str | None) -> None:
+    """The lock matrix for writes and deletes: C{held} is the (lock_id, info)
+    of the lock on the state, or None."""
+    if lock_id is not None:
+        if held is None:
+            raise LockNotHeld()
+        if held[0] != lock_id:
+            raise LockConflict(_bytes_from_hex(held[1]), status=423)
+    elif held is not None:
+        raise LockConflict(_bytes_from_hex(held[1]), status=423)
+
+
+def _event_parameters(tenant: str, kind: str, principal: str, state_path: str | None,
+                      at: datetime, *, lock_id: str | None = None, serial: int | None = None,
+                      sha256: str | None = None,
+                      detail: Mapping[str, Any] | None = None) -> tuple[AuditEvent, dict[str, Any]]:
+    """An event (seq and hashes still to come) and the parameters of
+    L{_APPEND_EVENT_STEPS} that append it."""
+    event = AuditEvent(
+        seq=0,
+        tenant=tenant,
+        kind=kind,
+        state_path=state_path,
+        principal=principal,
+        at=at,
+        lock_id=lock_id,
+        serial=serial,
+        sha256=sha256,
+        detail=json.dumps(detail or {}, sort_keys=True, separators=(",", ":")),
+    )
+    prefix, suffix = event_hash_template(event)
+    return event, {
+        "tenant": tenant, "kind": kind, "path": state_path, "principal": principal,
+        "at": at, "lock_id": lock_id, "serial": serial, "sha256": sha256,
+        "detail": event.detail, "prefix": prefix, "suffix": suffix,
+    }
 
 
 def _small_raw_state() -> str:
@@ -1323,8 +1319,8 @@ _COPY_VERSION = (
 
 async def _copy_version_txn(cursor: Any, state_id: int, version: StateVersion,
                             prepared: _BulkWrite) -> int:
-    """L{PostgresStateStore._insert_version_txn} with a binary COPY (a
-    blocking transaction's cursor).  @return: the new row's id."""
+    """Insert a version with a binary COPY (a blocking transaction's
+    cursor): the bytes go in as they are.  @return: the new row's id."""
     await cursor.execute(
         "WITH touched AS (UPDATE states SET updated_at = %(now)s WHERE id = %(state)s)"
         " SELECT nextval(pg_get_serial_sequence('state_versions', 'id'))",
@@ -1342,7 +1338,7 @@ async def _copy_version_txn(cursor: Any, state_id: int, version: StateVersion,
 
 async def _copy_projection_txn(cursor: Any, state_id: int, version_id: int,
                                prepared: _BulkWrite) -> None:
-    """L{PostgresStateStore._replace_projection_txn} with one COPY per table
+    """Replace the state's projection rows with one COPY per table
     (a blocking transaction's cursor); ordinals count from 1 like the
     statement's WITH ORDINALITY."""
     await cursor.execute(
@@ -1432,9 +1428,9 @@ WHERE s.tenant_id = %(tenant)s
 """
 
 # The rows arrive as three JSON arrays of objects (see _WriteParameters);
-# WITH ORDINALITY numbers them in state order.
-_REPLACE_PROJECTION = """
-WITH
+# WITH ORDINALITY numbers them in state order.  %(version)s is the new
+# version's id (an expression).
+_PROJECTION_STEPS = """
 dropped_resources AS (DELETE FROM resources WHERE state_id = %(state)s),
 dropped_dependencies AS (DELETE FROM resource_dependencies WHERE state_id = %(state)s),
 dropped_outputs AS (DELETE FROM outputs WHERE state_id = %(state)s),
@@ -1455,12 +1451,15 @@ new_dependencies AS (
     FROM ROWS FROM (jsonb_to_recordset(%(dependencies)s::jsonb) AS (
         address text, depends_on text
     )) WITH ORDINALITY AS d (address, depends_on, ordinal)
+),
+new_outputs AS (
+    INSERT INTO outputs (state_id, version_id, ordinal, name, type, value, sensitive)
+    SELECT %(state)s, %(version)s, o.ordinal, o.name, o.type::jsonb, o.value::jsonb,
+           o.sensitive
+    FROM ROWS FROM (jsonb_to_recordset(%(outputs)s::jsonb) AS (
+        name text, type text, value text, sensitive boolean
+    )) WITH ORDINALITY AS o (name, type, value, sensitive, ordinal)
 )
-INSERT INTO outputs (state_id, version_id, ordinal, name, type, value, sensitive)
-SELECT %(state)s, %(version)s, o.ordinal, o.name, o.type::jsonb, o.value::jsonb, o.sensitive
-FROM ROWS FROM (jsonb_to_recordset(%(outputs)s::jsonb) AS (
-    name text, type text, value text, sensitive boolean
-)) WITH ORDINALITY AS o (name, type, value, sensitive, ordinal)
 """
 
 _SELECT_RESOURCES = (
@@ -1486,13 +1485,13 @@ _EVENT_COLUMNS = (
     " prev_hash, hash"
 )
 
-# One statement: the chain head is locked (FOR NO KEY UPDATE, the lock an
-# UPDATE of the row takes: it serialises appends but, unlike FOR UPDATE, not
-# the foreign-key checks of rows inserted for the tenant meanwhile; only the
-# last CTE modifies the row), the event linked and hashed, the head moved.
-# No row comes back when the tenant does not exist.
-_APPEND_EVENT = """
-WITH head AS (
+# The chain head is locked (FOR NO KEY UPDATE, the lock an UPDATE of the
+# row takes: it serialises appends but, unlike FOR UPDATE, not the
+# foreign-key checks of rows inserted for the tenant meanwhile; only the
+# last step modifies the row), the event linked and hashed, the head moved.
+# Nothing is appended when the tenant does not exist.
+_APPEND_EVENT_STEPS = """
+head AS (
     SELECT chain_seq + 1 AS seq, chain_head AS prev FROM tenants
     WHERE id = %(tenant)s FOR NO KEY UPDATE
 ), appended AS (
@@ -1508,8 +1507,45 @@ WITH head AS (
     UPDATE tenants SET chain_seq = appended.seq, chain_head = appended.hash
     FROM appended WHERE tenants.id = %(tenant)s
 )
-SELECT seq, prev_hash, hash FROM appended
 """
+
+# One statement for an event; no row comes back when the tenant does not exist.
+_APPEND_EVENT = f"WITH {_APPEND_EVENT_STEPS} SELECT seq, prev_hash, hash FROM appended"  # noqa: S608
+
+# A whole write after its checks, in one statement: the version, its
+# projection (replacing the previous one) and its event.  Data-modifying
+# steps all run, whatever the final SELECT reads.
+_WRITE_VERSION = f"""
+WITH touched AS (UPDATE states SET updated_at = %(at)s WHERE id = %(state)s),
+new_version AS (
+    INSERT INTO state_versions (state_id, number, serial, lineage, sha256, size, raw_state,
+                                created_at, principal, projected, resource_count)
+    VALUES (%(state)s, %(number)s, %(serial)s, %(lineage)s, %(sha256)s, %(size)s, %(raw)s,
+            %(at)s, %(principal)s, %(projected)s, %(resource_count)s)
+    RETURNING id
+),
+{_PROJECTION_STEPS.replace("%(version)s", "(SELECT id FROM new_version)")},
+{_APPEND_EVENT_STEPS}
+SELECT seq FROM appended
+"""  # noqa: S608 - constant fragments
+
+# What a write checks once its state row is locked: the lock (FOR SHARE: an
+# UNLOCK waits for the write) and the versions with the serial plus the
+# current one; one row per version (or one row of NULLs), each with the lock.
+_LOCK_AND_CANDIDATES = f"""
+SELECT l.lock_id, l.info, {_VERSION_COLUMNS}
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT lock_id, info FROM locks WHERE state_id = %(state)s FOR SHARE
+) l ON true
+LEFT JOIN LATERAL (
+    SELECT * FROM state_versions
+    WHERE state_id = %(state)s
+      AND (serial = %(serial)s
+           OR number = (SELECT max(number) FROM state_versions WHERE state_id = %(state)s))
+) v ON true
+ORDER BY v.number
+"""  # noqa: S608 - constant fragments
 
 
 # ---------------------------------------------------------------------------
@@ -1676,7 +1712,7 @@ def _text(value: str | None) -> str:
 class _WriteParameters:
     """What a write sends besides small values: the state as a bytea
     expression and the projection as three JSON arrays of row objects (the
-    parameters of L{_REPLACE_PROJECTION}), all pre-quoted.  Attribute JSON is
+    parameters of L{_PROJECTION_STEPS}), all pre-quoted.  Attribute JSON is
     spliced in as it is (after L{_jsonb_safe}), never parsed again."""
 
     raw_state: _SQLLiteral
