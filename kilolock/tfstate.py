@@ -657,11 +657,17 @@ def _redact_flat(flat: dict[str, Any], paths: list[list[_Step]]) -> dict[str, An
 # helpers
 
 
+#: json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=...), with
+#: the encoder built once instead of on every call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+_CANONICAL_WITH_NAN = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def _dumps(value: Any) -> str:
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return _CANONICAL.encode(value)
     except ValueError:  # a number beyond a double's range was read as infinity
-        return json.dumps(_infinities_as_text(value), sort_keys=True, separators=(",", ":"))
+        return _CANONICAL_WITH_NAN.encode(_infinities_as_text(value))
 
 
 def _infinities_as_text(value: Any) -> Any:
