@@ -276,16 +276,25 @@ def _session_usable(raw: Any) -> bool:
 class _BeginWithFirstStatement:
     """A txpostgres cursor whose first C{execute} starts the transaction:
     C{BEGIN; <statement>} is one simple query, answered with the statement's
-    result."""
+    result.  C{execute(..., commit=True)} ends it the same way: C{<statement>;
+    COMMIT} is one simple query (the statement's rows are not kept); if the
+    statement fails, PostgreSQL skips the COMMIT and the transaction is
+    rolled back as usual."""
 
     def __init__(self, cursor: Any) -> None:
         self._cursor = cursor
         self._begun = False
+        self.committed = False
 
-    def execute(self, query: str, params: Any = None) -> Deferred[Any]:
+    def execute(self, query: str, params: Any = None, *, commit: bool = False) -> Deferred[Any]:
+        if self.committed:
+            raise RuntimeError("a statement after the transaction was committed")
         if not self._begun:
             self._begun = True
             query = "BEGIN; " + query
+        if commit:
+            self.committed = True
+            query = query + "; COMMIT"
         result: Deferred[Any] = self._cursor.execute(query, params)
         return result
 
@@ -330,14 +339,16 @@ class _PooledConnection(Connection):  # type: ignore[misc]
                         **kwargs: Any) -> Deferred[Any]:
         """txpostgres's transaction runner (begin, interaction, commit, or
         rollback and the original failure), except that BEGIN travels with
-        the interaction's first statement (one round trip less per
-        transaction), and that a rollback on a connection that is already
+        the interaction's first statement and COMMIT may travel with its
+        last (a round trip less each), and that a rollback on a connection that is already
         gone is expected, not logged as an unhandled error with a traceback."""
         cursor = self.cursor()
-        running: Deferred[Any] = maybeDeferred(interaction, _BeginWithFirstStatement(cursor),
-                                               *args, **kwargs)
+        statements = _BeginWithFirstStatement(cursor)
+        running: Deferred[Any] = maybeDeferred(interaction, statements, *args, **kwargs)
 
-        def commit(result: Any) -> Deferred[Any]:
+        def commit(result: Any) -> Any:
+            if statements.committed:  # COMMIT travelled with the last statement
+                return result
             committing: Deferred[Any] = cursor.execute("commit")
             return committing.addCallback(lambda _: result)
 
@@ -883,9 +894,7 @@ class PostgresStateStore(HostedPostgresStore):
                 "lineage": version.lineage, "size": version.size, "raw": prepared.raw_state,
                 "projected": version.projected, "resource_count": prepared.resource_count,
                 "resources": prepared.resources, "dependencies": prepared.dependencies,
-                "outputs": prepared.outputs})
-            if cursor.fetchone() is None:  # the tenant is missing: it never is (a foreign key)
-                raise RuntimeError("the state's tenant row is missing")
+                "outputs": prepared.outputs}, commit=True)
         return WriteOutcome(version=version, created=True)
 
     def delete_state(self, key: StateKey, lock_id: str | None,
@@ -909,9 +918,9 @@ class PostgresStateStore(HostedPostgresStore):
                              (state_id,))
         (version_count,) = cursor.fetchone()
         await cursor.execute("DELETE FROM states WHERE id = %s", (state_id,))
-        await self._append_event_txn(cursor, key.tenant, STATE_DELETE, principal.name, key.path,
-                                     now, lock_id=lock_id,
-                                     detail=delete_detail(version_count, principal))
+        await self._append_event_and_commit_txn(cursor, key.tenant, STATE_DELETE,
+                                                principal.name, key.path, now, lock_id=lock_id,
+                                                detail=delete_detail(version_count, principal))
 
     def acquire_lock(self, key: StateKey, info: LockInfo,
                      principal: Principal) -> Deferred[bool]:
@@ -932,9 +941,10 @@ class PostgresStateStore(HostedPostgresStore):
                 "info": info.raw, "now": now, "principal": principal.name,
             })
             if cursor.fetchone() is not None:
-                await self._append_event_txn(cursor, key.tenant, LOCK_ACQUIRE, principal.name,
-                                             key.path, now, lock_id=info.id,
-                                             detail=lock_detail(info, principal))
+                await self._append_event_and_commit_txn(cursor, key.tenant, LOCK_ACQUIRE,
+                                                        principal.name, key.path, now,
+                                                        lock_id=info.id,
+                                                        detail=lock_detail(info, principal))
                 return True
             # Not taken: the state does not exist yet, or a lock is held (or
             # was, and has just been released: then simply try again).
@@ -978,9 +988,10 @@ class PostgresStateStore(HostedPostgresStore):
             return None
         released = _held_lock(row)
         kind = LOCK_RELEASE if lock_id is not None else LOCK_FORCE_RELEASE
-        await self._append_event_txn(cursor, key.tenant, kind, principal.name, key.path,
-                                     self.clock(), lock_id=released.info.id,
-                                     detail=lock_detail(released.info, principal))
+        await self._append_event_and_commit_txn(cursor, key.tenant, kind, principal.name,
+                                                key.path, self.clock(),
+                                                lock_id=released.info.id,
+                                                detail=lock_detail(released.info, principal))
         return released
 
     def get_lock(self, key: StateKey) -> Deferred[HeldLock | None]:
@@ -1219,6 +1230,20 @@ class PostgresStateStore(HostedPostgresStore):
         rows = cursor.fetchall()
         held = None if rows[0][0] is None else rows[0][:2]
         return held, [_version(row[2:]) for row in rows if row[2] is not None]
+
+    async def _append_event_and_commit_txn(self, cursor: Any, tenant: str, kind: str,
+                                           principal: str, state_path: str | None,
+                                           at: datetime, *, lock_id: str | None = None,
+                                           serial: int | None = None,
+                                           sha256: str | None = None,
+                                           detail: dict[str, Any] | None = None) -> None:
+        """L{_append_event_txn} as a transaction's last statement, with the
+        COMMIT in the same round trip.  Only for a tenant that exists: one
+        with a state row (a foreign key), as every state-lane event has."""
+        _, params = _event_parameters(tenant, kind, principal, state_path, at,
+                                      lock_id=lock_id, serial=serial, sha256=sha256,
+                                      detail=detail)
+        await cursor.execute(_APPEND_EVENT, params, commit=True)
 
     async def _append_event_txn(self, cursor: Any, tenant: str, kind: str, principal: str,
                                 state_path: str | None, at: datetime, *,

@@ -61,7 +61,9 @@ class BlockingCursor:
     def __init__(self, cursor: Any) -> None:
         self._cursor = cursor
 
-    def execute(self, query: str, params: Any = None) -> Deferred[None]:
+    def execute(self, query: str, params: Any = None, *, commit: bool = False) -> Deferred[None]:
+        """Run C{query}; C{commit} is accepted for the pool cursor's sake and
+        ignored (the session commits when the transaction returns)."""
         self._cursor.execute(query, params)
         return succeed(None)
 
