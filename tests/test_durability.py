@@ -184,9 +184,16 @@ def stored_versions(dsn: str, path: str) -> list[dict[str, Any]]:
             for id_, number, serial, sha256, size, raw, resource_count, events in rows]
 
 
-def wait_for_backend_in_write(dsn: str, timeout: float) -> bool:
-    """Until a Kilolock session runs the version insert or the projection
-    statement of a write (so a kill now lands inside the transaction)."""
+#: What a Kilolock session runs in the middle of a write: on the pool (states
+#: under 8 MB) the statement that inserts the version and its projection; on
+#: the blocking path (larger states) the COPY of the version or its rows.
+POOL_WRITE = ("%INSERT INTO state_versions%",)
+COPY_WRITE = ("COPY state_versions%", "COPY resources%")
+
+
+def wait_for_backend_in_write(dsn: str, timeout: float, patterns: tuple[str, ...]) -> bool:
+    """Until a Kilolock session runs a statement matching one of
+    C{patterns} (so a kill now lands inside the transaction)."""
     connection = psycopg2.connect(dsn, connect_timeout=10)
     connection.autocommit = True
     try:
@@ -195,8 +202,7 @@ def wait_for_backend_in_write(dsn: str, timeout: float) -> bool:
                 cursor.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'kilolock'"
                     " AND datname = current_database() AND state = 'active'"
-                    " AND (query LIKE '%%INSERT INTO state_versions%%'"
-                    "      OR query LIKE '%%dropped_resources%%')")
+                    " AND query LIKE ANY (%s)", (list(patterns),))
                 (count,) = cursor.fetchone()
                 return bool(count)
 
@@ -211,11 +217,12 @@ def wait_for_backend_in_write(dsn: str, timeout: float) -> bool:
 
 def test_kill_9_during_large_writes_loses_no_acknowledged_write(
         request: pytest.FixtureRequest, tmp_path: Path, postgres_dsn: str) -> None:
-    """Kilolock killed with -9 twice while writing 5-20 MB states (once while
-    the body is still being processed, once inside the database transaction):
-    after a restart every acknowledged version is stored byte-exact, every
-    stored version is complete (sha256, size, projection rows, audit event),
-    and the new process serves the latest version and accepts the next write."""
+    """Kilolock killed with -9 three times while writing 5-20 MB states (while
+    the body is being processed, inside a pool transaction, inside a COPY on
+    the large-state path): after a restart every acknowledged version is
+    stored byte-exact, every stored version is complete (sha256, size,
+    projection rows, audit event), and the new process serves the latest
+    version and accepts the next write."""
     path = "/v1/states/durable"
     lineage = str(uuid.uuid4())
     sizes = [5, 12, 20, 8, 16]
@@ -223,7 +230,7 @@ def test_kill_9_during_large_writes_loses_no_acknowledged_write(
     bodies = (Sent(serial, large_state(serial, sizes[serial % len(sizes)], lineage))
               for serial in serials)
     all_sent: list[Sent] = []
-    kill_points = ("after the upload", "inside the transaction")
+    kill_points = ("after the upload", POOL_WRITE, COPY_WRITE)
     rng = random.Random(3)  # reproducible delays
 
     for round_index, kill_point in enumerate(kill_points):
@@ -235,8 +242,9 @@ def test_kill_9_during_large_writes_loses_no_acknowledged_write(
         poll_until(lambda stream=stream: stream.acknowledged >= 2, 60,
                    "two acknowledged writes")
         poll_until(stream.in_flight.is_set, 30, "a write in flight")
-        if kill_point == "inside the transaction":
-            assert wait_for_backend_in_write(postgres_dsn, 30), "no write reached PostgreSQL"
+        if isinstance(kill_point, tuple):
+            assert wait_for_backend_in_write(postgres_dsn, 30, kill_point), \
+                f"no write ran {kill_point} in PostgreSQL"
         else:
             time.sleep(rng.uniform(0.0, 0.1))
         kill_9(server)
