@@ -30,6 +30,7 @@ from kilolock.auth import (
 from kilolock.interfaces import IStateStore, ITenantStore
 from kilolock.metrics import Metrics
 from kilolock.store.memory import MemoryStateStore
+from kilolock.tls import check_client_ca, mtls_service
 from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
 from kilolock.web.control import (
     MAX_CONTROL_BODY_BYTES,
@@ -75,6 +76,9 @@ class Settings:
     control_listen: str = "tcp:8090"
     control_token: str = ""
     public_url: str | None = None
+    #: A PEM file of CAs: the C{ssl:} state lane then requires a client
+    #: certificate signed by one of them (mTLS).
+    tls_client_ca: str | None = None
 
     @classmethod
     def from_sources(cls, options: Mapping[str, Any],
@@ -111,6 +115,7 @@ class Settings:
             control_listen=pick("control-listen", "KL_CONTROL_LISTEN", "tcp:8090"),
             control_token=environ.get("KL_CONTROL_TOKEN", ""),
             public_url=pick("public-url", "KL_PUBLIC_URL", None),
+            tls_client_ca=pick("tls-client-ca", "KL_TLS_CLIENT_CA", None),
         )
         settings.check()
         return settings
@@ -146,6 +151,11 @@ class Settings:
             raise usage.UsageError(
                 f"--listen {self.listen!r} is not a usable Twisted endpoint string: {error}"
             ) from None
+        if self.tls_client_ca is not None:
+            try:
+                check_client_ca(self.listen, self.tls_client_ca)
+            except (ValueError, OSError) as error:
+                raise usage.UsageError(f"--tls-client-ca: {error}") from None
 
     def _check_hosted(self) -> None:
         """The settings of the database auth mode."""
@@ -199,6 +209,9 @@ class Options(usage.Options):
         ["public-url", None, None,
          "the state lane's URL as tenants reach it, for the backend blocks the control API"
          " hands out [KL_PUBLIC_URL, default http://<control API host>:<listen port>]"],
+        ["tls-client-ca", None, None,
+         "PEM file of CAs: the ssl: --listen endpoint then requires a client certificate"
+         " signed by one of them [KL_TLS_CLIENT_CA]"],
     ]
 
     def __init__(self) -> None:
@@ -388,7 +401,9 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
         timeout=settings.idle_timeout,
         reactor=reactor,
     )
-    web: IService = endpoint_service(settings.listen, site)
+    web: IService = (endpoint_service(settings.listen, site)
+                     if settings.tls_client_ca is None
+                     else mtls_service(reactor, settings.listen, settings.tls_client_ca, site))
     sites = [site]
     if settings.auth_mode == "database":
         hosted = HostedListeners(web, settings, store, reactor)

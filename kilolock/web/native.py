@@ -71,6 +71,7 @@ from kilolock.model import (
     utcnow,
 )
 from kilolock.statediff import diff_states, output_document, outputs_of, restore_body
+from kilolock.tls import with_client_certificate
 from kilolock.web._base import JSON, AsyncResource, Response, error_body
 from kilolock.web.body import THREAD_THRESHOLD, prepare_upload, read_body
 from kilolock.web.paths import (
@@ -311,7 +312,8 @@ class NativeResource(AsyncResource):
             raise Forbidden("the Basic username must be the token's workspace_id")
         if write and not principal.can_write:
             raise Forbidden("this token is read-only")
-        return evolve(principal, address=client_address(request))
+        return with_client_certificate(
+            evolve(principal, address=client_address(request)), request)
 
     def key_of_text(self, principal: Principal, text: str) -> StateKey:
         """A state named in a query parameter (C{name} or C{ws/env/name})."""

@@ -21,6 +21,7 @@ from kilolock.auth import authenticate
 from kilolock.errors import Forbidden, InvalidPath, KilolockError, NotFound
 from kilolock.interfaces import IStateStore
 from kilolock.model import LockInfo, Principal, StateKey
+from kilolock.tls import with_client_certificate
 from kilolock.web._base import JSON, AsyncResource, Response, response_for_error, write_response
 from kilolock.web.body import check_md5, parse_upload, read_body, unlock_lock_id
 from kilolock.web.paths import StateAddress, consume_segments, parse_state_segments
@@ -73,8 +74,8 @@ class _StateBase(AsyncResource):
         key = self.lane.key_for(principal, self.address)
         if write and not principal.can_write:
             raise Forbidden("this token is read-only")
-        request.kilolock_principal = evolve(  # type: ignore[attr-defined]
-            principal, address=client_address(request))
+        request.kilolock_principal = with_client_certificate(  # type: ignore[attr-defined]
+            evolve(principal, address=client_address(request)), request)
         return key
 
     def _principal(self, request: Request) -> Principal:
