@@ -26,6 +26,7 @@ class Metrics:
     writes: Counter
     bytes_stored: Counter
     database_up: Gauge
+    database_connections: Gauge
     in_flight: Gauge
 
     @classmethod
@@ -53,6 +54,10 @@ class Metrics:
                                  "Bytes of state versions stored", registry=registry),
             database_up=Gauge("kilolock_database_up",
                               "1 when the last database probe succeeded", registry=registry),
+            database_connections=Gauge(
+                "kilolock_database_connections",
+                "Database connections in the pool: state=alive (connected) or total",
+                ["state"], registry=registry),
             in_flight=Gauge("kilolock_http_requests_in_flight",
                             "Requests being processed", registry=registry),
         )

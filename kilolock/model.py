@@ -246,6 +246,10 @@ class StoreProbe:
     #: a schema (memory).
     schema_version: int | None = None
     expected_schema_version: int | None = None
+    #: The connection pool's health: live connections and pool size (None
+    #: for a store without a pool).
+    connections_alive: int | None = None
+    connections_total: int | None = None
 
     @property
     def schema_current(self) -> bool:

@@ -344,3 +344,20 @@ async def test_shutdown_stops_accepting_then_finishes_in_flight_writes() -> None
     assert await store.read_current(
         __import__("kilolock.model", fromlist=["StateKey"]).StateKey(DEFAULT_TENANT,
                                                                      "inflight")) == state_body(1)
+
+
+def test_metrics_report_database_pool_health(kilolock_server: Any,
+                                             server_store: Any) -> None:
+    """On PostgreSQL /metrics reports the pool's live and total connections
+    and database_up=1; the memory store has no pool to report."""
+    reply = kilolock_server.request("GET", "/metrics")
+    assert reply.status == 200
+    lines = dict(line.rsplit(" ", 1) for line in reply.body.decode().splitlines()
+                 if line and not line.startswith("#"))
+    assert float(lines["kilolock_database_up"]) == 1
+    if "postgres" in server_store.args:
+        alive = float(lines['kilolock_database_connections{state="alive"}'])
+        total = float(lines['kilolock_database_connections{state="total"}'])
+        assert 1 <= alive <= total
+    else:
+        assert not any(key.startswith("kilolock_database_connections{") for key in lines)

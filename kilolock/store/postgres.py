@@ -323,7 +323,7 @@ class _PooledConnection(Connection):  # type: ignore[misc]
                 return result
             # The timer fired and closed the connection: say why it failed.
             if isinstance(result, Failure):
-                return Failure(_ConnectTimeout())  # type: ignore[no-untyped-call]
+                return Failure(_ConnectTimeout())
             return result
 
         return attempt.addBoth(stop_timer)
@@ -359,7 +359,7 @@ class _PooledConnection(Connection):  # type: ignore[misc]
                 if _session_usable(self._connection):
                     log.warn("a rollback failed: {kind}",
                              kind=type(rollback_failure.value).__name__)
-                return Failure(RollbackFailed(self, failure))  # type: ignore[no-untyped-call]
+                return Failure(RollbackFailed(self, failure))
 
             rolling_back.addCallbacks(lambda _: failure, rollback_failed)
             return rolling_back
@@ -440,6 +440,10 @@ class _ResilientPool(ConnectionPool):  # type: ignore[misc]
     @property
     def any_alive(self) -> bool:
         return any(connection.alive for connection in self.every_connection)
+
+    @property
+    def alive_count(self) -> int:
+        return sum(1 for connection in self.every_connection if connection.alive)
 
     def retire(self) -> None:
         """Close every connection and stop all reconnection attempts."""
@@ -561,7 +565,9 @@ class PostgresStateStore(HostedPostgresStore):
                                   expected_schema_version=SCHEMA_VERSION)
             self._note_reachable(True)
             return StoreProbe(reachable=True, message="PostgreSQL answers",
-                              schema_version=version, expected_schema_version=SCHEMA_VERSION)
+                              schema_version=version, expected_schema_version=SCHEMA_VERSION,
+                              connections_alive=pool.alive_count,
+                              connections_total=len(pool.every_connection))
 
         return ensureDeferred(probe())
 

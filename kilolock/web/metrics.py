@@ -23,5 +23,9 @@ class MetricsResource(AsyncResource):
     async def do_GET(self, request: Request) -> Response:
         probe = await self.store.probe()
         self.metrics.database_up.set(1 if probe.reachable else 0)
+        if probe.connections_total is not None:
+            connections = self.metrics.database_connections
+            connections.labels("alive").set(probe.connections_alive or 0)
+            connections.labels("total").set(probe.connections_total)
         return Response(200, generate_latest(self.metrics.registry),
                         CONTENT_TYPE_LATEST.encode())
