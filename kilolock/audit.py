@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from attrs import evolve
@@ -13,6 +13,12 @@ from kilolock.model import AuditEvent, LockInfo, Principal, rfc3339
 
 #: The C{prev_hash} of a tenant's first event.
 GENESIS = "0" * 64
+
+
+def canonical_detail(detail: Mapping[str, Any] | None) -> str:
+    """An event's C{detail} as the text every store keeps and hashes:
+    compact, key-sorted JSON."""
+    return json.dumps(dict(detail or {}), sort_keys=True, separators=(",", ":"))
 
 
 def event_hash(event: AuditEvent) -> str:

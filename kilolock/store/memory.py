@@ -7,7 +7,6 @@ Deferred, so every operation is atomic exactly as a database transaction is.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -16,7 +15,14 @@ from attrs import define, evolve, field
 from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
-from kilolock.audit import GENESIS, delete_detail, event_hash, lock_detail, write_detail
+from kilolock.audit import (
+    GENESIS,
+    canonical_detail,
+    delete_detail,
+    event_hash,
+    lock_detail,
+    write_detail,
+)
 from kilolock.errors import LockConflict, LockNotHeld, SerialConflict, StateNotFound
 from kilolock.interfaces import IStateStore, ITenantStore
 from kilolock.model import (
@@ -306,7 +312,7 @@ class MemoryStateStore(HostedMemoryState):
             lock_id=lock_id,
             serial=serial,
             sha256=sha256,
-            detail=json.dumps(detail or {}, sort_keys=True, separators=(",", ":")),
+            detail=canonical_detail(detail),
             prev_hash=chain[-1].hash if chain else GENESIS,
         )
         event = evolve(event, hash=event_hash(event))

@@ -65,7 +65,13 @@ from txpostgres.retrying import simpleBackoffIterator
 from txpostgres.txpostgres import Connection, ConnectionPool, RollbackFailed, _PollingMixin
 from zope.interface import implementer
 
-from kilolock.audit import delete_detail, event_hash_template, lock_detail, write_detail
+from kilolock.audit import (
+    canonical_detail,
+    delete_detail,
+    event_hash_template,
+    lock_detail,
+    write_detail,
+)
 from kilolock.errors import (
     KilolockError,
     LockConflict,
@@ -1302,7 +1308,7 @@ def _event_parameters(tenant: str, kind: str, principal: str, state_path: str | 
         lock_id=lock_id,
         serial=serial,
         sha256=sha256,
-        detail=json.dumps(detail or {}, sort_keys=True, separators=(",", ":")),
+        detail=canonical_detail(detail),
     )
     prefix, suffix = event_hash_template(event)
     return event, {
