@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from attrs import evolve
@@ -19,6 +20,17 @@ def canonical_detail(detail: Mapping[str, Any] | None) -> str:
     """An event's C{detail} as the text every store keeps and hashes:
     compact, key-sorted JSON."""
     return json.dumps(dict(detail or {}), sort_keys=True, separators=(",", ":"))
+
+
+def unchained_event(tenant: str, kind: str, principal: str, state_path: str | None,
+                    at: datetime, *, lock_id: str | None = None, serial: int | None = None,
+                    sha256: str | None = None,
+                    detail: Mapping[str, Any] | None = None) -> AuditEvent:
+    """An event before it joins its tenant's chain: C{seq}, C{prev_hash} and
+    C{hash} are filled in by the store that appends it."""
+    return AuditEvent(seq=0, tenant=tenant, kind=kind, state_path=state_path,
+                      principal=principal, at=at, lock_id=lock_id, serial=serial,
+                      sha256=sha256, detail=canonical_detail(detail))
 
 
 def event_hash(event: AuditEvent) -> str:

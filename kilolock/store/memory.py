@@ -17,10 +17,10 @@ from zope.interface import implementer
 
 from kilolock.audit import (
     GENESIS,
-    canonical_detail,
     delete_detail,
     event_hash,
     lock_detail,
+    unchained_event,
     write_detail,
 )
 from kilolock.errors import LockConflict, LockNotHeld, SerialConflict, StateNotFound
@@ -302,17 +302,10 @@ class MemoryStateStore(HostedMemoryState):
                       sha256: str | None = None,
                       detail: dict[str, Any] | None = None) -> AuditEvent:
         chain = self._events.setdefault(tenant, [])
-        event = AuditEvent(
+        event = evolve(
+            unchained_event(tenant, kind, principal, state_path, at, lock_id=lock_id,
+                            serial=serial, sha256=sha256, detail=detail),
             seq=len(chain) + 1,
-            tenant=tenant,
-            kind=kind,
-            state_path=state_path,
-            principal=principal,
-            at=at,
-            lock_id=lock_id,
-            serial=serial,
-            sha256=sha256,
-            detail=canonical_detail(detail),
             prev_hash=chain[-1].hash if chain else GENESIS,
         )
         event = evolve(event, hash=event_hash(event))

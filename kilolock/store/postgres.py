@@ -66,10 +66,10 @@ from txpostgres.txpostgres import Connection, ConnectionPool, RollbackFailed, _P
 from zope.interface import implementer
 
 from kilolock.audit import (
-    canonical_detail,
     delete_detail,
     event_hash_template,
     lock_detail,
+    unchained_event,
     write_detail,
 )
 from kilolock.errors import (
@@ -740,32 +740,15 @@ class PostgresStateStore(HostedPostgresStore):
         detector reconnects)."""
         ticket = _Ticket()
         running = pool.run_transaction(interaction, ticket)
-        outcome: Deferred[T] = Deferred()
 
-        def give_up() -> None:
+        def stop_running() -> None:
             if ticket.connection is None:
                 running.cancel()
             else:
                 ticket.connection.close()
-            if not outcome.called:
-                log.warn("a state database call exceeded {seconds} s", seconds=seconds)
-                outcome.errback(ServiceUnavailable(retry_after=RETRY_AFTER))
 
         seconds = self._operation_timeout if timeout is None else timeout
-        timer = self._reactor.callLater(seconds, give_up)
-
-        def settle(result: Any) -> None:
-            if timer.active():
-                timer.cancel()
-            if outcome.called:
-                return  # given up on already; a late failure is expected
-            if isinstance(result, Failure):
-                outcome.errback(result)
-            else:
-                outcome.callback(result)
-
-        running.addBoth(settle)
-        return outcome
+        return self._with_deadline(running, seconds, stop_running)
 
     def _bounded_blocking(self, txn: Callable[..., Coroutine[Any, Any, T]],
                           args: tuple[Any, ...]) -> Deferred[T]:
@@ -775,16 +758,22 @@ class PostgresStateStore(HostedPostgresStore):
         assert self._dsn is not None
         session = BlockingSession(self._dsn, register_casters(_BYTEA_AS_HEX))
         running = self._in_thread(session.run, txn, args)
+        return self._with_deadline(running, self._operation_timeout, session.cancel)
+
+    def _with_deadline(self, running: Deferred[T], seconds: float,
+                       stop_running: Callable[[], None]) -> Deferred[T]:
+        """C{running}'s result, or L{ServiceUnavailable} once C{seconds} have
+        passed (then C{stop_running} is called, and a late result of
+        C{running} is dropped: that failure is expected)."""
         outcome: Deferred[T] = Deferred()
 
         def give_up() -> None:
-            session.cancel()
+            stop_running()
             if not outcome.called:
-                log.warn("a state database call exceeded {seconds} s",
-                         seconds=self._operation_timeout)
+                log.warn("a state database call exceeded {seconds} s", seconds=seconds)
                 outcome.errback(ServiceUnavailable(retry_after=RETRY_AFTER))
 
-        timer = self._reactor.callLater(self._operation_timeout, give_up)
+        timer = self._reactor.callLater(seconds, give_up)
 
         def settle(result: Any) -> None:
             if timer.active():
@@ -1298,18 +1287,8 @@ def _event_parameters(tenant: str, kind: str, principal: str, state_path: str | 
                       detail: Mapping[str, Any] | None = None) -> tuple[AuditEvent, dict[str, Any]]:
     """An event (seq and hashes still to come) and the parameters of
     L{_APPEND_EVENT_STEPS} that append it."""
-    event = AuditEvent(
-        seq=0,
-        tenant=tenant,
-        kind=kind,
-        state_path=state_path,
-        principal=principal,
-        at=at,
-        lock_id=lock_id,
-        serial=serial,
-        sha256=sha256,
-        detail=canonical_detail(detail),
-    )
+    event = unchained_event(tenant, kind, principal, state_path, at, lock_id=lock_id,
+                            serial=serial, sha256=sha256, detail=detail)
     prefix, suffix = event_hash_template(event)
     return event, {
         "tenant": tenant, "kind": kind, "path": state_path, "principal": principal,
