@@ -194,21 +194,8 @@ class KilolockServer:
         if path.startswith("http"):
             parts = urlsplit(path)
             path = parts.path + (f"?{parts.query}" if parts.query else "")
-        connection = (
-            http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout,
-                                        context=self.tls)
-            if self.tls is not None
-            else http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout))
-        try:
-            connection.request(method, path, body=body, headers=dict(headers or {}))
-            response = connection.getresponse()
-            content = response.read()
-            raw_headers: dict[bytes, list[bytes]] = {}
-            for name, value in response.getheaders():
-                raw_headers.setdefault(name.lower().encode(), []).append(value.encode())
-            return Reply(response.status, response.reason.encode(), raw_headers, content)
-        finally:
-            connection.close()
+        assert self.port is not None, "the server is not started"
+        return http_request(self.port, method, path, body, headers, timeout, tls=self.tls)
 
     def with_body(self, method: str, path: str, body: bytes,
                   headers: Mapping[str, str] | None = None) -> Reply:
@@ -231,6 +218,27 @@ class KilolockServer:
                     break
                 chunks.append(chunk)
         return b"".join(chunks)
+
+
+def http_request(port: int, method: str, path: str, body: bytes | None = None,
+                 headers: Mapping[str, str] | None = None, timeout: float = REQUEST_TIMEOUT,
+                 tls: ssl.SSLContext | None = None) -> Reply:
+    """One request on a fresh connection to 127.0.0.1:C{port} (HTTPS with
+    C{tls}); the target is sent as given."""
+    connection = (
+        http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=tls)
+        if tls is not None
+        else http.client.HTTPConnection("127.0.0.1", port, timeout=timeout))
+    try:
+        connection.request(method, path, body=body, headers=dict(headers or {}))
+        response = connection.getresponse()
+        content = response.read()
+        raw_headers: dict[bytes, list[bytes]] = {}
+        for name, value in response.getheaders():
+            raw_headers.setdefault(name.lower().encode(), []).append(value.encode())
+        return Reply(response.status, response.reason.encode(), raw_headers, content)
+    finally:
+        connection.close()
 
 
 #: Where test servers listen unless told otherwise.

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 from attrs import frozen
-from fixtures_server import FaultProxy, KilolockServer, poll_until
+from fixtures_server import FaultProxy, KilolockServer, http_request, poll_until
 from stub_client import Reply, content_md5, lock_body
 from terraform import HttpBackend, Terraform, write_module
 from tls_material import TlsHttpBackend, make_certificates
@@ -113,22 +113,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def http_request(port: int, method: str, path: str, body: bytes | None = None,
-                 headers: Mapping[str, str] | None = None, timeout: float = 30.0) -> Reply:
-    """One request on a fresh connection to 127.0.0.1:C{port}; the target is sent as given."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        connection.request(method, path, body=body, headers=dict(headers or {}))
-        response = connection.getresponse()
-        content = response.read()
-        raw_headers: dict[bytes, list[bytes]] = {}
-        for name, value in response.getheaders():
-            raw_headers.setdefault(name.lower().encode(), []).append(value.encode())
-        return Reply(response.status, response.reason.encode(), raw_headers, content)
-    finally:
-        connection.close()
 
 
 _ACCESS_LINE = re.compile(r'"(?P<method>[A-Z_-]+) (?P<target>\S+) HTTP/[\d.]+" (?P<status>\d{3}) ')
