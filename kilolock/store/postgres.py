@@ -109,6 +109,7 @@ from kilolock.resource_query import attribute_steps, check_query, like_pattern
 from kilolock.store.embedded import EmbeddedPostgres
 from kilolock.store.postgres_bulk import BlockingSession, binary_copy, register_casters, text_copy
 from kilolock.store.postgres_hosted import OWNER_GONE_SQLSTATE, HostedPostgresStore
+from kilolock.store.postgres_read import read_raw_state_txn
 from kilolock.store.schema import SCHEMA_VERSION, SchemaTooNew, ensure_schema, schema_version
 
 __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
@@ -811,15 +812,16 @@ class PostgresStateStore(HostedPostgresStore):
         """Run C{txn}, which selects one version's bytea as hex text when it
         is small, else the version's id (see L{_small_raw_state}); decode the
         hex (in a thread when it is big), or read a large version with a
-        binary COPY on a blocking connection.  @return: a Deferred firing
-        with the bytes (None: no such version)."""
+        binary result on a blocking psycopg 3 connection in a thread (see
+        L{kilolock.store.postgres_read}).  @return: a Deferred firing with
+        the bytes (None: no such version)."""
 
         async def read() -> bytes | None:
             found = await self._transaction(txn, *args)
             if found is None:
                 return None
             if isinstance(found, int):
-                return await self._transaction(_copy_raw_state_txn, found, blocking=True)
+                return await self._transaction(read_raw_state_txn, found, blocking=True)
             if len(found) >= 2 * LARGE_UPLOAD_BYTES:
                 return await self._in_thread(_bytes_from_hex, found)
             return _bytes_from_hex(found)

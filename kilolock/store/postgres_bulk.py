@@ -7,16 +7,19 @@ libpq's output buffer to its front.  A 120 MB state costs seconds of
 C{memmove} on the reactor thread that way.  In blocking mode libpq sends the
 buffer in one pass.  So the store runs the transactions that move many
 megabytes -- writing a large state, reading one -- as the very same
-C{_x_txn} coroutines, but on a short-lived blocking psycopg2 connection in a
-thread of the reactor's pool, where they also get COPY:
+C{_x_txn} coroutines, but on a short-lived blocking connection (psycopg2's,
+opened at the first statement) in a thread of the reactor's pool, where they
+also get COPY and binary results:
 
   - L{BlockingSession.run} drives a coroutine whose every C{await
     cursor.execute(...)} completes at once (the cursor here returns a fired
     Deferred), inside one transaction: committed when it returns, rolled back
     when it raises;
-  - L{BlockingCursor.copy_bytea_out} reads one bytea with C{COPY ... TO STDOUT
-    (FORMAT binary)}: the bytes as stored, neither hex-encoded by the server
-    nor decoded here;
+  - L{BlockingCursor.select_bytea} reads one bytea with a binary result on a
+    psycopg 3 connection (L{kilolock.store.postgres_read}: how the store reads
+    a large state), L{BlockingCursor.copy_bytea_out} with C{COPY ... TO STDOUT
+    (FORMAT binary)}: either way the bytes as stored, neither hex-encoded by
+    the server nor decoded here;
   - L{BlockingCursor.copy_in} streams rows into a table with C{COPY ... FROM
     STDIN}: L{binary_copy} (a state's bytes go in as they are: no SQL literal
     for the server to scan, no quoted copy here) or L{text_copy} (projection
@@ -41,6 +44,8 @@ import psycopg2
 from psycopg2.extensions import register_type
 from twisted.internet.defer import Deferred, succeed
 
+from kilolock.store import postgres_read
+
 __all__ = ["BlockingCursor", "BlockingSession", "binary_copy", "single_bytea_from_copy",
            "text_copy"]
 
@@ -55,32 +60,44 @@ _POSTGRES_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 class BlockingCursor:
-    """A psycopg2 cursor of a blocking connection, shaped like a txpostgres
-    cursor: C{execute} runs the statement and returns a fired Deferred."""
+    """The cursor of a L{BlockingSession}, shaped like a txpostgres cursor:
+    C{execute} runs the statement and returns a fired Deferred.
 
-    def __init__(self, cursor: Any) -> None:
-        self._cursor = cursor
+    Statements run on the session's psycopg2 connection, opened at the first
+    one; L{select_bytea} instead runs on a psycopg 3 connection of its own.
+    """
+
+    def __init__(self, session: BlockingSession) -> None:
+        self._session = session
 
     def execute(self, query: str, params: Any = None, *, commit: bool = False) -> Deferred[None]:
         """Run C{query}; C{commit} is accepted for the pool cursor's sake and
         ignored (the session commits when the transaction returns)."""
-        self._cursor.execute(query, params)
+        self._session.cursor().execute(query, params)
         return succeed(None)
 
     def copy_bytea_out(self, query: str, params: Any = None) -> bytes | None:
         """The single bytea column of the single row C{query} selects (None
         when it selects no row), read with a binary COPY."""
+        cursor = self._session.cursor()
         sink = _Chunks()
-        statement = self._cursor.mogrify(query, params).decode("utf-8")
-        self._cursor.copy_expert(f"COPY ({statement}) TO STDOUT (FORMAT binary)", sink)
+        statement = cursor.mogrify(query, params).decode("utf-8")
+        cursor.copy_expert(f"COPY ({statement}) TO STDOUT (FORMAT binary)", sink)
         return single_bytea_from_copy(sink.chunks)
+
+    def select_bytea(self, query: str, params: Any = None) -> bytes | None:
+        """The single bytea column of the single row C{query} selects (None
+        when it selects no row), with a binary result on a short-lived psycopg 3
+        connection (autocommit: outside this session's psycopg2 transaction,
+        so use it alone in a transaction)."""
+        return self._session.select_bytea(query, params)
 
     def copy_in(self, statement: str, data: Iterable[bytes]) -> None:
         """Run C{statement} (a C{COPY ... FROM STDIN}), sending C{data}."""
-        self._cursor.copy_expert(statement, _Reader(data), size=COPY_CHUNK)
+        self._session.cursor().copy_expert(statement, _Reader(data), size=COPY_CHUNK)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._cursor, name)
+        return getattr(self._session.cursor(), name)
 
 
 class _Reader:
@@ -219,47 +236,117 @@ def single_bytea_from_copy(chunks: list[bytes]) -> bytes | None:
 class BlockingSession:
     """One transaction on its own blocking connection, run in a worker thread.
 
+    The psycopg2 connection is opened at the transaction's first statement;
+    a transaction that only calls L{BlockingCursor.select_bytea} opens a
+    psycopg 3 connection instead (see L{kilolock.store.postgres_read}).
+
     @param dsn: the libpq connection string (with Kilolock's session settings:
         statement timeout, connect timeout, ...).
-    @param prepare_connection: called with each new connection (e.g. to
-        register the store's type casters).
+    @param prepare_connection: called with each new psycopg2 connection (e.g.
+        to register the store's type casters).
     """
 
     def __init__(self, dsn: str, prepare_connection: Callable[[Any], None]) -> None:
         self._dsn = dsn
         self._prepare_connection = prepare_connection
         self._connection: Any = None
+        self._cursor: Any = None
+        #: The cancel of each connection open now (psycopg2's or psycopg 3's).
+        self._cancels: dict[int, Callable[[], None]] = {}
         self._cancelled = False
         self._mutex = threading.Lock()
 
     def run(self, txn: Callable[..., Coroutine[Any, Any, T]], args: tuple[Any, ...]) -> T:
         """Run C{txn(cursor, *args)} as one transaction (blocking: call it in
-        a thread).  @return: its result."""
+        a thread): committed when it returns, rolled back when it raises.
+        @return: its result."""
         release_free_memory()
-        connection = psycopg2.connect(self._dsn)
+        if self._cancelled:
+            raise psycopg2.extensions.QueryCanceledError("cancelled before it started")
         try:
-            with self._mutex:
-                self._connection = connection
-                cancelled = self._cancelled
-            if cancelled:
-                raise psycopg2.extensions.QueryCanceledError("cancelled before it started")
-            self._prepare_connection(connection)
-            with connection, connection.cursor() as cursor:  # commit, or roll back
-                return _drive(txn(BlockingCursor(cursor), *args))
+            try:
+                result = _drive(txn(BlockingCursor(self), *args))
+            except BaseException:
+                self._end(commit=False)
+                raise
+            self._end(commit=True)
+            return result
         finally:
-            with self._mutex:
-                self._connection = None
-            connection.close()
+            self._close()
+
+    def cursor(self) -> Any:
+        """The psycopg2 cursor of this session's transaction (connecting at
+        the first call)."""
+        if self._cursor is None:
+            connection = psycopg2.connect(self._dsn)
+            try:
+                self._watch(connection, connection.cancel, psycopg2.Error)
+                self._prepare_connection(connection)
+                cursor = connection.cursor()
+            except BaseException:
+                self._unwatch(connection)
+                connection.close()
+                raise
+            self._connection, self._cursor = connection, cursor
+        return self._cursor
+
+    def select_bytea(self, query: str, params: Any = None) -> bytes | None:
+        """See L{BlockingCursor.select_bytea}: psycopg 3's errors are raised
+        as psycopg2's (L{postgres_read.psycopg2_errors})."""
+        with postgres_read.psycopg2_errors():
+            connection = postgres_read.open_read_connection(self._dsn)
+            try:
+                self._watch(connection, lambda: postgres_read.cancel_read(connection), None)
+                return postgres_read.select_single_bytea(connection, query, params)
+            finally:
+                self._unwatch(connection)
+                connection.close()
 
     def cancel(self) -> None:
         """Cancel the running statement, if any (from any thread); a session
-        not started yet fails as soon as it connects."""
+        not started yet fails as soon as it starts or connects."""
         with self._mutex:
             self._cancelled = True
-            connection = self._connection
-            if connection is not None:
-                with contextlib.suppress(psycopg2.Error):
-                    connection.cancel()
+            cancels = list(self._cancels.values())
+        for cancel in cancels:
+            cancel()
+
+    def _watch(self, connection: Any, cancel: Callable[[], None],
+               ignored: type[Exception] | None) -> None:
+        """Let L{cancel} reach C{connection} (ignoring C{ignored} errors of
+        C{cancel}); fail if the session was cancelled already."""
+
+        def quiet_cancel() -> None:
+            if ignored is None:
+                cancel()
+                return
+            with contextlib.suppress(ignored):
+                cancel()
+
+        with self._mutex:
+            if self._cancelled:
+                raise psycopg2.extensions.QueryCanceledError("cancelled before it started")
+            self._cancels[id(connection)] = quiet_cancel
+
+    def _unwatch(self, connection: Any) -> None:
+        with self._mutex:
+            self._cancels.pop(id(connection), None)
+
+    def _end(self, commit: bool) -> None:
+        """Commit or roll back the psycopg2 transaction, if one was opened."""
+        if self._connection is None:
+            return
+        if commit:
+            self._cursor.close()
+            self._connection.commit()
+        else:
+            self._connection.rollback()
+
+    def _close(self) -> None:
+        connection, self._connection, self._cursor = self._connection, None, None
+        if connection is not None:
+            self._unwatch(connection)
+            connection.close()
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
