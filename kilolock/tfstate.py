@@ -62,6 +62,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 from kilolock.errors import InvalidState
@@ -152,8 +153,7 @@ class _StreamedResources:
         return self
 
     def add(self, resource: Any) -> None:
-        _project_resource(f"resources[{self.count}]", resource, self.rows, self.dependencies,
-                          self.seen)
+        _project_resource(self.count, resource, self.rows, self.dependencies, self.seen)
         self.count += 1
 
 
@@ -361,7 +361,7 @@ def project_state(doc: dict[str, Any],
     elif not isinstance(raw_resources, list):
         raise InvalidState(f"resources must be a list, not {_kind(raw_resources)}")
     for position, resource in enumerate(raw_resources):
-        _project_resource(f"resources[{position}]", resource, resources, dependencies, seen)
+        _project_resource(position, resource, resources, dependencies, seen)
     return Projection(
         resources=tuple(resources),
         dependencies=tuple(dependencies),
@@ -370,53 +370,75 @@ def project_state(doc: dict[str, Any],
 
 
 def _project_resource(
-    where: str,
+    position: int,
     resource: Any,
     rows: list[ResourceRow],
     dependencies: list[DependencyRow],
     seen: set[tuple[str, str]],
 ) -> None:
+    """Project C{resources[position]}.  Where-strings for error messages are
+    built only when an error is raised (this runs once per resource of every
+    write)."""
     if not isinstance(resource, dict):
-        raise InvalidState(f"{where} must be a JSON object, not {_kind(resource)}")
+        raise InvalidState(f"{_where(position)} must be a JSON object, not {_kind(resource)}")
     mode = resource.get("mode")
-    if mode not in ("managed", "data"):
-        raise InvalidState(f'{where}.mode must be "managed" or "data"')
-    type_ = _required_text(resource, "type", where)
-    name = _required_text(resource, "name", where)
-    module = _optional_text(resource, "module", where) or ""
-    provider = _optional_text(resource, "provider", where) or ""
+    if mode != "managed" and mode != "data":
+        raise InvalidState(f'{_where(position)}.mode must be "managed" or "data"')
+    type_ = _required_text(resource, "type", position)
+    name = _required_text(resource, "name", position)
+    module = _optional_text(resource, "module", position) or ""
+    provider = _clean(_optional_text(resource, "provider", position) or "")
     instances = resource.get("instances")
     if instances is None:
-        instances = []
-    elif not isinstance(instances, list):
-        raise InvalidState(f"{where}.instances must be a list, not {_kind(instances)}")
+        return
+    if not isinstance(instances, list):
+        raise InvalidState(f"{_where(position)}.instances must be a list, not {_kind(instances)}")
 
     base = (f"{module}." if module else "") + ("data." if mode == "data" else "")
     base += f"{type_}.{name}"
-    for position, instance in enumerate(instances):
-        at = f"{where}.instances[{position}]"
+    module, type_, name = _clean(module), _clean(type_), _clean(name)
+    for index, instance in enumerate(instances):
+        at = (position, index)
         if not isinstance(instance, dict):
-            raise InvalidState(f"{at} must be a JSON object, not {_kind(instance)}")
+            raise InvalidState(f"{_where(*at)} must be a JSON object, not {_kind(instance)}")
         key = _index_key(instance.get("index_key"), at)
-        address = _clean(base + _key_suffix(key))
+        address = _clean(base + _key_suffix(key)) if key is not None else _clean(base)
         rows.append(
             ResourceRow(
                 address=address,
-                module=_clean(module),
+                module=module,
                 mode=mode,
-                type=_clean(type_),
-                name=_clean(name),
-                provider=_clean(provider),
+                type=type_,
+                name=name,
+                provider=provider,
                 index_key=None if key is None else json.dumps(key),
                 deposed=_optional_text(instance, "deposed", at) or None,
                 attributes=_attributes(instance, at),
             )
         )
-        for depends_on in _dependencies(instance, at):
-            pair = (address, _clean(depends_on))
-            if pair not in seen:
-                seen.add(pair)
-                dependencies.append(DependencyRow(address=pair[0], depends_on=pair[1]))
+        depends = instance.get("dependencies")
+        if depends:
+            for depends_on in _dependencies(depends, at):
+                pair = (address, _clean(depends_on))
+                if pair not in seen:
+                    seen.add(pair)
+                    dependencies.append(DependencyRow(address=pair[0], depends_on=pair[1]))
+        elif depends is not None and depends != []:
+            _dependencies(depends, at)  # raises: not a list
+
+
+def _where(position: int, instance: int | None = None) -> str:
+    """Where an entry sits, for error messages: C{resources[2].instances[0]}."""
+    where = f"resources[{position}]"
+    return where if instance is None else f"{where}.instances[{instance}]"
+
+
+#: A position for error messages: a resource's, or a resource's and an instance's.
+_At = int | tuple[int, int]
+
+
+def _describe(at: _At) -> str:
+    return _where(at) if isinstance(at, int) else _where(*at)
 
 
 def _project_outputs(outputs: Any) -> tuple[OutputRow, ...]:
@@ -445,28 +467,29 @@ def _project_outputs(outputs: Any) -> tuple[OutputRow, ...]:
     return tuple(rows)
 
 
-def _required_text(obj: dict[str, Any], key: str, where: str) -> str:
+def _required_text(obj: dict[str, Any], key: str, at: _At) -> str:
     value = obj.get(key)
     if not isinstance(value, str):
-        raise InvalidState(f"{where} has no string {key}")
+        raise InvalidState(f"{_describe(at)} has no string {key}")
     return value
 
 
-def _optional_text(obj: dict[str, Any], key: str, where: str) -> str | None:
+def _optional_text(obj: dict[str, Any], key: str, at: _At) -> str | None:
     value = obj.get(key)
     if value is None or isinstance(value, str):
         return value
-    raise InvalidState(f"{where}.{key} must be a string, not {_kind(value)}")
+    raise InvalidState(f"{_describe(at)}.{key} must be a string, not {_kind(value)}")
 
 
-def _index_key(key: Any, where: str) -> int | str | None:
+def _index_key(key: Any, at: _At) -> int | str | None:
     if key is None or isinstance(key, str):
         return key
     if _is_int(key):
         return int(key)
     if isinstance(key, float) and key.is_integer():
         return int(key)  # Terraform reads the key as a float64 and truncates it
-    raise InvalidState(f"{where}.index_key must be an integer or a string, not {_kind(key)}")
+    raise InvalidState(
+        f"{_describe(at)}.index_key must be an integer or a string, not {_kind(key)}")
 
 
 def _key_suffix(key: int | str | None) -> str:
@@ -505,12 +528,10 @@ def _hcl_quote(text: str) -> str:
     return "".join(out)
 
 
-def _dependencies(instance: dict[str, Any], where: str) -> list[str]:
-    deps = instance.get("dependencies")
-    if deps is None:
-        return []
+def _dependencies(deps: Any, at: _At) -> list[str]:
+    """An instance's C{dependencies} (not None), checked."""
     if not isinstance(deps, list) or not all(isinstance(dep, str) for dep in deps):
-        raise InvalidState(f"{where}.dependencies must be a list of strings")
+        raise InvalidState(f"{_describe(at)}.dependencies must be a list of strings")
     return deps
 
 
@@ -518,18 +539,22 @@ def _dependencies(instance: dict[str, Any], where: str) -> list[str]:
 # attributes and redaction
 
 
-def _attributes(instance: dict[str, Any], where: str) -> str:
-    paths = _sensitive_paths(instance.get("sensitive_attributes"))
+def _attributes(instance: dict[str, Any], at: _At) -> str:
+    sensitive = instance.get("sensitive_attributes")
     attrs = instance.get("attributes")
     if attrs is not None:
         if not isinstance(attrs, dict):
-            raise InvalidState(f"{where}.attributes must be a JSON object, not {_kind(attrs)}")
-        return _dumps(_redact(attrs, paths))
+            raise InvalidState(
+                f"{_describe(at)}.attributes must be a JSON object, not {_kind(attrs)}")
+        if sensitive is None or sensitive == []:  # the usual case: nothing to redact
+            return _dumps(attrs)
+        return _dumps(_redact(attrs, _sensitive_paths(sensitive)))
+    paths = _sensitive_paths(sensitive)
     flat = instance.get("attributes_flat")
     if flat is not None:
         if not isinstance(flat, dict):
             raise InvalidState(
-                f"{where}.attributes_flat must be a JSON object, not {_kind(flat)}"
+                f"{_describe(at)}.attributes_flat must be a JSON object, not {_kind(flat)}"
             )
         return _dumps(_redact_flat(flat, paths))
     return "{}"
@@ -657,17 +682,24 @@ def _redact_flat(flat: dict[str, Any], paths: list[list[_Step]]) -> dict[str, An
 # helpers
 
 
-#: json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=...), with
-#: the encoder built once instead of on every call.
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
-_CANONICAL_WITH_NAN = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+#: json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=...) as
+#: CPython's C encoder alone: built once (JSONEncoder.encode builds one per
+#: call), without the reference-cycle check (a decoded document has no cycles).
+_ENCODE = c_make_encoder(None, _not_json, encode_basestring_ascii, None, ":", ",",
+                         True, False, False)
+_ENCODE_WITH_NAN = c_make_encoder(None, _not_json, encode_basestring_ascii, None, ":", ",",
+                                  True, False, True)
 
 
 def _dumps(value: Any) -> str:
     try:
-        return _CANONICAL.encode(value)
+        return "".join(_ENCODE(value, 0))
     except ValueError:  # a number beyond a double's range was read as infinity
-        return _CANONICAL_WITH_NAN.encode(_infinities_as_text(value))
+        return "".join(_ENCODE_WITH_NAN(_infinities_as_text(value), 0))
 
 
 def _infinities_as_text(value: Any) -> Any:
