@@ -139,6 +139,11 @@ class MemoryStateStore(HostedMemoryState):
                 principal=principal.name,
                 projected=upload.parsed.projection is not None,
             )
+            if current is not None:
+                # Only the current version's projection is ever read: drop
+                # the older one (thousands of row objects per state would
+                # otherwise make every full garbage collection slower).
+                current.projection = None
             state.versions.append(_StoredVersion(meta, upload.raw, upload.parsed.projection))
             state.written[(meta.serial, meta.sha256)] = meta
             state.updated_at = now
