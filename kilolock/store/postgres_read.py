@@ -5,7 +5,7 @@ A binary COPY through psycopg2 moves a 120 MB state several times over
 bytes, the slice without the COPY framing).  psycopg 3 asks for the result in
 binary format: the server sends the bytea as it is stored (no hex text, no
 COPY framing) and the value arrives as one Python C{bytes}, copied once out
-of libpq's result.
+of libpq's result (see L{select_single_bytea}).
 
 L{read_raw_state_txn} is a transaction of the blocking path
 (L{kilolock.store.postgres_bulk.BlockingSession}); the session runs its one
@@ -34,6 +34,8 @@ __all__ = ["cancel_read", "open_read_connection", "psycopg2_errors", "read_raw_s
 #: Seconds a cancel request (sent from the reactor thread at the deadline)
 #: may take to reach the server.
 CANCEL_TIMEOUT = 2.0
+#: PostgreSQL's type oid of bytea.
+_BYTEA_OID = 17
 
 
 async def read_raw_state_txn(cursor: Any, version_id: int) -> bytes | None:
@@ -57,18 +59,35 @@ def select_single_bytea(connection: psycopg.Connection[Any], query: str,
     """The single bytea column of the single row C{query} selects, with a
     binary result (None when it selects no row).
 
-    The cursor is closed before this returns, so libpq's copy of the result
-    is freed as soon as the caller holds the bytes.
+    Closes C{connection} as soon as the result has arrived: libpq keeps the
+    whole message it read in its input buffer (a copy of the value) until
+    then, and the value is copied once more, out of libpq's result into
+    C{bytes}, which is then freed at once.  So the process holds at most two
+    copies of a large value, not three.
     """
     with connection.cursor(binary=True) as cursor:
         cursor.execute(query, params)
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    raw = row[0]
+        result = cursor.pgresult
+        connection.close()
+        if result is None or result.ntuples == 0:
+            return None
+        try:
+            return _single_bytea(result)
+        finally:
+            result.clear()
+
+
+def _single_bytea(result: psycopg.pq.abc.PGresult) -> bytes:
+    """The value of a one-row, one-column, binary bytea result."""
+    if result.nfields != 1 or result.ntuples != 1:
+        raise ValueError(f"expected one bytea, got {result.ntuples} rows of"
+                         f" {result.nfields} columns")
+    if result.ftype(0) != _BYTEA_OID or result.fformat(0) != psycopg.pq.Format.BINARY:
+        raise ValueError("expected a binary bytea column")
+    raw = result.get_value(0, 0)
     if raw is None:
         raise ValueError("the bytea is NULL")
-    return raw if isinstance(raw, bytes) else bytes(raw)
+    return raw
 
 
 def cancel_read(connection: psycopg.Connection[Any]) -> None:
