@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -82,6 +83,50 @@ async def client_loop(port: int, name: str, template: str, deadline: float,
     return cycles
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of the processes (those still alive)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def server_processes(pid: int) -> list[int]:
+    """The server and, for the PostgreSQL store, the processes of its
+    embedded cluster (which lives in the server's working directory)."""
+    scratch = os.readlink(f"/proc/{pid}/cwd")
+    found = [pid]
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == pid:
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "postgres" in command and scratch in command:
+            found.append(int(entry.name))
+    return found
+
+
+def postgres_children(pids: list[int]) -> list[int]:
+    """The postmasters' children (backends come and go)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent in pids[1:]:
+            children.append(int(entry.name))
+    return children
+
+
 async def measure(port: int, clients: int, seconds: float, template: str, tag: str,
                   floor: bool) -> float:
     deadline = time.monotonic() + seconds
@@ -105,20 +150,33 @@ def main() -> None:
     template = state_template()
     print(f"state size: {len(template.replace('{serial}', '1').encode())} bytes, 50 resources")
     results: dict[tuple[str, int], float] = {}
+    #: Server CPU (the server process, plus its PostgreSQL's) per cycle.
+    cpu_ms: dict[tuple[str, int], float] = {}
     for server in servers:
-        with running(server) as (port, _pid):
+        with running(server) as (port, pid):
             for clients in client_counts:
                 rounds = []
+                costs = []
                 for round_index in range(args.rounds):
                     tag = f"{clients}-{round_index}-{uuid.uuid4().hex[:6]}"
                     asyncio.run(measure(port, clients, 1.0, template, "warm" + tag,
                                         server == "floor"))
-                    rounds.append(asyncio.run(measure(port, clients, args.seconds, template,
-                                                      tag, server == "floor")))
+                    processes = server_processes(pid)
+                    processes += postgres_children(processes)
+                    before = cpu_seconds(processes)
+                    started = time.monotonic()
+                    rate = asyncio.run(measure(port, clients, args.seconds, template, tag,
+                                               server == "floor"))
+                    cycles = rate * (time.monotonic() - started)
+                    rounds.append(rate)
+                    costs.append(1000 * (cpu_seconds(processes) - before) / max(cycles, 1))
                 results[(server, clients)] = statistics.median(rounds)
+                cpu_ms[(server, clients)] = statistics.median(costs)
                 median = results[(server, clients)]
                 print(f"{server:9s} clients={clients:3d} cycles/s median={median:8.1f}"
-                      f"  rounds={', '.join(f'{r:.1f}' for r in rounds)}", flush=True)
+                      f"  rounds={', '.join(f'{r:.1f}' for r in rounds)}"
+                      f"  server CPU ms/cycle median={cpu_ms[(server, clients)]:.3f}",
+                      flush=True)
     print()
     print("| clients | " + " | ".join(servers) + " | " +
           " | ".join(f"{s}/floor" for s in servers if s != "floor") + " |")
@@ -127,6 +185,19 @@ def main() -> None:
         row = [f"{results[(s, clients)]:.1f}" for s in servers]
         floor = results.get(("floor", clients))
         ratios = [f"{results[(s, clients)] / floor:.2f}" if floor else "-"
+                  for s in servers if s != "floor"]
+        print(f"| {clients} | " + " | ".join(row) + " | " + " | ".join(ratios) + " |")
+    print()
+    print("Server CPU per cycle (ms; PostgreSQL's backends included), and the floor's")
+    print("CPU per cycle divided by it (a ratio that a busy machine disturbs less):")
+    print()
+    print("| clients | " + " | ".join(servers) + " | " +
+          " | ".join(f"floor/{s}" for s in servers if s != "floor") + " |")
+    print("|---" * (1 + len(servers) + len([s for s in servers if s != "floor"])) + "|")
+    for clients in client_counts:
+        row = [f"{cpu_ms[(s, clients)]:.3f}" for s in servers]
+        floor_cpu = cpu_ms.get(("floor", clients))
+        ratios = [f"{floor_cpu / cpu_ms[(s, clients)]:.2f}" if floor_cpu else "-"
                   for s in servers if s != "floor"]
         print(f"| {clients} | " + " | ".join(row) + " | " + " | ".join(ratios) + " |")
 
