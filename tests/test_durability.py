@@ -174,14 +174,18 @@ def stored_versions(dsn: str, path: str) -> list[dict[str, Any]]:
                 " FROM state_versions v JOIN states s ON s.id = v.state_id"
                 " WHERE s.tenant_id = 'default' AND s.path = %s ORDER BY v.number", (path,))
             rows = cursor.fetchall()
-            cursor.execute("SELECT version_id, count(*) FROM resources GROUP BY version_id")
-            projected = dict(cursor.fetchall())
+            # A state's projection rows are its current version's (a row's
+            # version_id may name an older version with identical rows).
+            cursor.execute("SELECT count(*) FROM resources r JOIN states s ON s.id = r.state_id"
+                           " WHERE s.tenant_id = 'default' AND s.path = %s", (path,))
+            (state_rows,) = cursor.fetchone()
     finally:
         connection.close()
     return [{"id": id_, "number": number, "serial": serial, "sha256": sha256, "size": size,
              "raw": bytes(raw), "resource_count": resource_count, "events": events,
-             "projected_rows": projected.get(id_, 0)}
-            for id_, number, serial, sha256, size, raw, resource_count, events in rows]
+             "projected_rows": state_rows if index == len(rows) - 1 else None}
+            for index, (id_, number, serial, sha256, size, raw, resource_count, events)
+            in enumerate(rows)]
 
 
 #: What a Kilolock session runs in the middle of a write: on the pool (states

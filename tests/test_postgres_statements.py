@@ -108,3 +108,93 @@ async def test_the_write_cycle_takes_seven_round_trips(store: Any,
     events = await store.list_events(DEFAULT_TENANT, state_path=KEY.path)
     assert [e.kind for e in events] == ["state_write", "lock_acquire", "state_write",
                                         "lock_release"]
+
+
+def projection_row_versions(dsn: str, path: str) -> dict[str, list[tuple[int, str]]]:
+    """Each projection table's (version_id, xmin) per row of a state, in order:
+    which write produced each row, and whether it was rewritten since."""
+    connection = psycopg2.connect(dsn, connect_timeout=10)
+    try:
+        with connection, connection.cursor() as cursor:
+            found = {}
+            for table in ("resources", "resource_dependencies", "outputs"):
+                cursor.execute(
+                    f"SELECT t.version_id, t.xmin::text FROM {table} t"  # noqa: S608 - constant
+                    " JOIN states s ON s.id = t.state_id WHERE s.path = %s ORDER BY t.ordinal",
+                    (path,))
+                found[table] = cursor.fetchall()
+            return found
+    finally:
+        connection.close()
+
+
+def _resource(name: str, value: str, depends_on: list[str] | None = None) -> dict[str, Any]:
+    instance: dict[str, Any] = {"schema_version": 0,
+                                "attributes": {"id": name, "input": value},
+                                "sensitive_attributes": []}
+    if depends_on:
+        instance["dependencies"] = depends_on
+    return {"mode": "managed", "type": "terraform_data", "name": name,
+            "provider": 'provider["terraform.io/builtin/terraform"]',
+            "instances": [instance]}
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_unchanged_projection_table_is_not_rewritten(store: Any,
+                                                             postgres_dsn: str) -> None:
+    """A write whose resources, dependencies or outputs are those of the
+    current version leaves that table's rows alone (no delete, no insert);
+    a changed table is replaced; the rows read back are always the current
+    version's, and resource search reports the current version number."""
+    from kilolock.model import ResourceQuery
+
+    key = StateKey(DEFAULT_TENANT, "incremental")
+    resources = [_resource("a", "1"), _resource("b", "2", ["terraform_data.a"])]
+    outputs = {"o": {"value": "x", "type": "string"}}
+    uploads = [
+        prepare_upload(state_body(1, resources=resources, outputs=outputs)),
+        # 2: only the serial changes: nothing is rewritten
+        prepare_upload(state_body(2, resources=resources, outputs=outputs)),
+        # 3: one output changes: only outputs are rewritten
+        prepare_upload(state_body(3, resources=resources,
+                                  outputs={"o": {"value": "y", "type": "string"}})),
+        # 4: a resource attribute changes: resources only (dependencies equal)
+        prepare_upload(state_body(4, resources=[_resource("a", "9"), resources[1]],
+                                  outputs={"o": {"value": "y", "type": "string"}})),
+    ]
+    seen = []
+    for upload in uploads:
+        await store.write_state(key, upload, None, ALICE)
+        assert await store.get_projection(key) == upload.parsed.projection
+        seen.append(projection_row_versions(postgres_dsn, key.path))
+    first, second, third, fourth = seen
+    assert second == first
+    assert third["resources"] == first["resources"]
+    assert third["resource_dependencies"] == first["resource_dependencies"]
+    assert third["outputs"] != first["outputs"]
+    assert fourth["resources"] != first["resources"]
+    assert fourth["resource_dependencies"] == first["resource_dependencies"]
+    assert fourth["outputs"] == third["outputs"]
+    matches = await store.query_resources(DEFAULT_TENANT, ResourceQuery(state_path=key.path))
+    assert {match.version for match in matches} == {4}
+    assert [match.resource.address for match in matches] == ["terraform_data.a", "terraform_data.b"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_write_after_a_large_write_replaces_every_table(store: Any,
+                                                                 postgres_dsn: str) -> None:
+    """The blocking (COPY) path forgets the digests, so the next small write
+    replaces the rows even when its projection equals the one before the
+    large write."""
+    from kilolock.store.postgres import LARGE_TRANSFER_BYTES
+
+    key = StateKey(DEFAULT_TENANT, "after-large")
+    small = [_resource("a", "1")]
+    padding = "p" * LARGE_TRANSFER_BYTES
+    await store.write_state(key, prepare_upload(state_body(1, resources=small)), None, ALICE)
+    large = prepare_upload(state_body(2, resources=[_resource("big", padding)]))
+    await store.write_state(key, large, None, ALICE)
+    assert await store.get_projection(key) == large.parsed.projection
+    again = prepare_upload(state_body(3, resources=small))
+    await store.write_state(key, again, None, ALICE)
+    assert await store.get_projection(key) == again.parsed.projection

@@ -31,9 +31,10 @@ parameters or the connection string.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import re
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii as _encode_json_string
 from typing import Any, TypeVar, cast
@@ -863,7 +864,8 @@ class PostgresStateStore(HostedPostgresStore):
         state_id = await self._lock_state_row_txn(cursor, key, now, create=True)
         assert state_id is not None
         serial = upload.parsed.serial
-        held, candidates = await self._lock_and_candidates_txn(cursor, state_id, serial)
+        held, candidates, digests = await self._lock_and_candidates_txn(cursor, state_id,
+                                                                          serial)
         _check_held_lock(held, lock_id)
         for version in candidates:
             if version.serial == serial and version.sha256 == upload.sha256:
@@ -896,8 +898,7 @@ class PostgresStateStore(HostedPostgresStore):
                 **params, "state": state_id, "number": version.number,
                 "lineage": version.lineage, "size": version.size, "raw": prepared.raw_state,
                 "projected": version.projected, "resource_count": prepared.resource_count,
-                "resources": prepared.resources, "dependencies": prepared.dependencies,
-                "outputs": prepared.outputs}, commit=True)
+                **prepared.projection_parameters(digests)}, commit=True)
         return WriteOutcome(version=version, created=True)
 
     def delete_state(self, key: StateKey, lock_id: str | None,
@@ -1092,16 +1093,16 @@ class PostgresStateStore(HostedPostgresStore):
     async def _projection_rows_txn(self, cursor: Any, key: StateKey) -> Any:
         await cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         await cursor.execute(
-            "SELECT v.id, v.projected FROM state_versions v JOIN states s ON s.id = v.state_id"
+            "SELECT s.id, v.projected FROM state_versions v JOIN states s ON s.id = v.state_id"
             " WHERE s.tenant_id = %s AND s.path = %s ORDER BY v.number DESC LIMIT 1",
             (key.tenant, key.path))
         row = cursor.fetchone()
         if row is None or not row[1]:
             return None
-        version_id = row[0]
+        state_id = row[0]
         rows = []
         for query in (_SELECT_RESOURCES, _SELECT_DEPENDENCIES, _SELECT_OUTPUTS):
-            await cursor.execute(query, (version_id,))
+            await cursor.execute(query, (state_id,))
             rows.append(cursor.fetchall())
         return rows
 
@@ -1223,16 +1224,19 @@ class PostgresStateStore(HostedPostgresStore):
                              (state_id,))
         _check_held_lock(cursor.fetchone(), lock_id)
 
-    async def _lock_and_candidates_txn(self, cursor: Any, state_id: int,
-                                       serial: int) -> tuple[Any, list[StateVersion]]:
+    async def _lock_and_candidates_txn(
+            self, cursor: Any, state_id: int, serial: int,
+    ) -> tuple[Any, list[StateVersion], list[str | None] | None]:
         """What a write checks, in one statement, on a state row this
         transaction has locked: the lock held (its id and info, or None; FOR
-        SHARE, as L{_check_lock_txn}) and the versions with C{serial} plus the
-        current one, oldest first (so the current version, if any, is last)."""
+        SHARE, as L{_check_lock_txn}), the versions with C{serial} plus the
+        current one, oldest first (so the current version, if any, is last),
+        and the digests of the state's projection rows (or None)."""
         await cursor.execute(_LOCK_AND_CANDIDATES, {"state": state_id, "serial": serial})
         rows = cursor.fetchall()
         held = None if rows[0][0] is None else rows[0][:2]
-        return held, [_version(row[2:]) for row in rows if row[2] is not None]
+        return (held, [_version(row[3:]) for row in rows if row[3] is not None],
+                rows[0][2])
 
     async def _append_event_and_commit_txn(self, cursor: Any, tenant: str, kind: str,
                                            principal: str, state_path: str | None,
@@ -1363,7 +1367,9 @@ async def _copy_projection_txn(cursor: Any, state_id: int, version_id: int,
     await cursor.execute(
         "DELETE FROM resources WHERE state_id = %(state)s;"
         " DELETE FROM resource_dependencies WHERE state_id = %(state)s;"
-        " DELETE FROM outputs WHERE state_id = %(state)s", {"state": state_id})
+        " DELETE FROM outputs WHERE state_id = %(state)s;"
+        " UPDATE states SET projection_digests = NULL WHERE id = %(state)s",
+        {"state": state_id})
     projection = prepared.projection
     cursor.copy_in(
         "COPY resources (state_id, version_id, ordinal, address, module, mode, type, name,"
@@ -1450,9 +1456,12 @@ WHERE s.tenant_id = %(tenant)s
 # WITH ORDINALITY numbers them in state order.  %(version)s is the new
 # version's id (an expression).
 _PROJECTION_STEPS = """
-dropped_resources AS (DELETE FROM resources WHERE state_id = %(state)s),
-dropped_dependencies AS (DELETE FROM resource_dependencies WHERE state_id = %(state)s),
-dropped_outputs AS (DELETE FROM outputs WHERE state_id = %(state)s),
+dropped_resources AS (
+    DELETE FROM resources WHERE state_id = %(state)s AND %(replace_resources)s),
+dropped_dependencies AS (
+    DELETE FROM resource_dependencies WHERE state_id = %(state)s AND %(replace_dependencies)s),
+dropped_outputs AS (
+    DELETE FROM outputs WHERE state_id = %(state)s AND %(replace_outputs)s),
 new_resources AS (
     INSERT INTO resources (state_id, version_id, ordinal, address, module, mode, type, name,
                            provider, index_key, deposed, attributes)
@@ -1483,20 +1492,22 @@ new_outputs AS (
 
 _SELECT_RESOURCES = (
     "SELECT address, module, mode, type, name, provider, index_key::text, deposed,"
-    " attributes::text FROM resources WHERE version_id = %s ORDER BY ordinal"
+    " attributes::text FROM resources WHERE state_id = %s ORDER BY ordinal"
 )
 _SELECT_DEPENDENCIES = (
-    "SELECT address, depends_on FROM resource_dependencies WHERE version_id = %s ORDER BY ordinal"
+    "SELECT address, depends_on FROM resource_dependencies WHERE state_id = %s ORDER BY ordinal"
 )
 _SELECT_OUTPUTS = (
-    "SELECT name, type::text, value::text, sensitive FROM outputs WHERE version_id = %s"
+    "SELECT name, type::text, value::text, sensitive FROM outputs WHERE state_id = %s"
     " ORDER BY ordinal"
 )
 
 _SELECT_MATCHES = (
     "SELECT s.path, v.number, r.address, r.module, r.mode, r.type, r.name, r.provider,"
     " r.index_key::text, r.deposed, r.attributes::text FROM resources r"
-    " JOIN states s ON s.id = r.state_id JOIN state_versions v ON v.id = r.version_id"
+    " JOIN states s ON s.id = r.state_id"
+    " JOIN LATERAL (SELECT max(number) AS number FROM state_versions"
+    " WHERE state_id = s.id) v ON true"
 )
 
 _EVENT_COLUMNS = (
@@ -1535,7 +1546,9 @@ _APPEND_EVENT = f"WITH {_APPEND_EVENT_STEPS} SELECT seq, prev_hash, hash FROM ap
 # projection (replacing the previous one) and its event.  Data-modifying
 # steps all run, whatever the final SELECT reads.
 _WRITE_VERSION = f"""
-WITH touched AS (UPDATE states SET updated_at = %(at)s WHERE id = %(state)s),
+WITH touched AS (
+    UPDATE states SET updated_at = %(at)s, projection_digests = %(digests)s
+    WHERE id = %(state)s),
 new_version AS (
     INSERT INTO state_versions (state_id, number, serial, lineage, sha256, size, raw_state,
                                 created_at, principal, projected, resource_count)
@@ -1550,10 +1563,11 @@ SELECT seq FROM appended
 
 # What a write checks once its state row is locked: the lock (FOR SHARE: an
 # UNLOCK waits for the write) and the versions with the serial plus the
-# current one; one row per version (or one row of NULLs), each with the lock.
+# current one; one row per version (or one row of NULLs), each with the lock
+# and the digests of the state's projection rows.
 _LOCK_AND_CANDIDATES = f"""
-SELECT l.lock_id, l.info, {_VERSION_COLUMNS}
-FROM (SELECT 1) AS one
+SELECT l.lock_id, l.info, d.projection_digests, {_VERSION_COLUMNS}
+FROM (SELECT projection_digests FROM states WHERE id = %(state)s) AS d
 LEFT JOIN LATERAL (
     SELECT lock_id, info FROM locks WHERE state_id = %(state)s FOR SHARE
 ) l ON true
@@ -1740,6 +1754,20 @@ class _WriteParameters:
     dependencies: _SQLLiteral
     outputs: _SQLLiteral
     resource_count: int = field(default=0)
+    #: SHA-256 (hex) of the resources, dependencies and outputs JSON.
+    digests: tuple[str, str, str] = field(default=("", "", ""))
+
+    def projection_parameters(self, stored: Sequence[str | None] | None) -> dict[str, Any]:
+        """The parameters of L{_PROJECTION_STEPS} given the digests stored
+        on the state row: a table whose digest is unchanged is left alone
+        (its JSON is not sent, its rows are not touched)."""
+        stored = tuple(stored or ())
+        params: dict[str, Any] = {"digests": list(self.digests)}
+        for index, name in enumerate(("resources", "dependencies", "outputs")):
+            unchanged = len(stored) == 3 and stored[index] == self.digests[index]
+            params["replace_" + name] = not unchanged
+            params[name] = None if unchanged else getattr(self, name)
+        return params
 
     @classmethod
     def of(cls, upload: StateUpload, utf8_database: bool) -> _WriteParameters:
@@ -1764,10 +1792,20 @@ class _WriteParameters:
              "value": None if row.value is None else _jsonb_safe(row.value),
              "sensitive": row.sensitive}
             for row in projection.outputs])
+        resource_parts = ["[", *resources, "]"]
         return cls(
             raw_state=_bytea_expression(upload.raw, as_text=utf8_database),
-            resources=_text_literal(["[", *resources, "]"]),
+            resources=_text_literal(resource_parts),
             dependencies=_text_literal([dependencies]),
             outputs=_text_literal([outputs]),
             resource_count=len(projection.resources),
+            digests=(_digest(resource_parts), _digest([dependencies]), _digest([outputs])),
         )
+
+
+def _digest(parts: Iterable[str]) -> str:
+    """SHA-256 (hex) of the concatenated C{parts}, UTF-8."""
+    hasher = hashlib.sha256()
+    for part in parts:
+        hasher.update(part.encode("utf-8", "surrogatepass"))
+    return hasher.hexdigest()

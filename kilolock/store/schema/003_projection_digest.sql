@@ -1,0 +1,12 @@
+-- Kilolock schema version 3: skip rewriting an unchanged projection.
+--
+-- A state's projection rows (resources, resource_dependencies, outputs) are
+-- replaced table by table only when their content changed.  The digests of
+-- what the rows of each table hold are kept on the state row:
+-- {resources, dependencies, outputs}, each the SHA-256 (hex) of the JSON
+-- text Kilolock sends for that table.  NULL (or a NULL element): unknown,
+-- the next write replaces the rows.  Consequence: a projection row's
+-- version_id is the version whose write produced the row -- the current
+-- version or an older one with identical rows for that table; the rows of a
+-- state are always those of its current version.
+ALTER TABLE states ADD COLUMN projection_digests text[];
