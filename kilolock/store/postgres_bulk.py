@@ -280,7 +280,7 @@ class BlockingSession:
         if self._cursor is None:
             connection = psycopg2.connect(self._dsn)
             try:
-                self._watch(connection, connection.cancel, psycopg2.Error)
+                self._watch(connection, lambda: _cancel_psycopg2(connection))
                 self._prepare_connection(connection)
                 cursor = connection.cursor()
             except BaseException:
@@ -296,7 +296,7 @@ class BlockingSession:
         with postgres_read.psycopg2_errors():
             connection = postgres_read.open_read_connection(self._dsn)
             try:
-                self._watch(connection, lambda: postgres_read.cancel_read(connection), None)
+                self._watch(connection, lambda: postgres_read.cancel_read(connection))
                 return postgres_read.select_single_bytea(connection, query, params)
             finally:
                 self._unwatch(connection)
@@ -311,22 +311,13 @@ class BlockingSession:
         for cancel in cancels:
             cancel()
 
-    def _watch(self, connection: Any, cancel: Callable[[], None],
-               ignored: type[Exception] | None) -> None:
-        """Let L{cancel} reach C{connection} (ignoring C{ignored} errors of
-        C{cancel}); fail if the session was cancelled already."""
-
-        def quiet_cancel() -> None:
-            if ignored is None:
-                cancel()
-                return
-            with contextlib.suppress(ignored):
-                cancel()
-
+    def _watch(self, connection: Any, cancel: Callable[[], None]) -> None:
+        """Let L{cancel} reach C{connection} with C{cancel} (which raises
+        nothing); fail if the session was cancelled already."""
         with self._mutex:
             if self._cancelled:
                 raise psycopg2.extensions.QueryCanceledError("cancelled before it started")
-            self._cancels[id(connection)] = quiet_cancel
+            self._cancels[id(connection)] = cancel
 
     def _unwatch(self, connection: Any) -> None:
         with self._mutex:
@@ -347,6 +338,13 @@ class BlockingSession:
         if connection is not None:
             self._unwatch(connection)
             connection.close()
+
+
+def _cancel_psycopg2(connection: Any) -> None:
+    """Cancel a psycopg2 connection's running statement; errors are ignored
+    (the statement timeout still bounds it)."""
+    with contextlib.suppress(psycopg2.Error):
+        connection.cancel()
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
