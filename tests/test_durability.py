@@ -189,9 +189,10 @@ def stored_versions(dsn: str, path: str) -> list[dict[str, Any]]:
 
 
 #: What a Kilolock session runs in the middle of a write: on the pool (states
-#: under 8 MB) the statement that inserts the version and its projection; on
+#: under 8 MB) the statement that inserts the version and its projection (a
+#: prepared statement, or its text when preparing is off); on
 #: the blocking path (larger states) the COPY of the version or its rows.
-POOL_WRITE = ("%INSERT INTO state_versions%",)
+POOL_WRITE = ("%INSERT INTO state_versions%", "%EXECUTE kl_write_version%")
 COPY_WRITE = ("COPY state_versions%", "COPY resources%")
 
 

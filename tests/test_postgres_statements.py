@@ -119,7 +119,7 @@ def projection_row_versions(dsn: str, path: str) -> dict[str, list[tuple[int, st
             found = {}
             for table in ("resources", "resource_dependencies", "outputs"):
                 cursor.execute(
-                    f"SELECT t.version_id, t.xmin::text FROM {table} t"  # noqa: S608 - constant
+                    f"SELECT t.version_id, t.xmin::text FROM {table} t"
                     " JOIN states s ON s.id = t.state_id WHERE s.path = %s ORDER BY t.ordinal",
                     (path,))
                 found[table] = cursor.fetchall()
@@ -198,3 +198,113 @@ async def test_a_write_after_a_large_write_replaces_every_table(store: Any,
     again = prepare_upload(state_body(3, resources=small))
     await store.write_state(key, again, None, ALICE)
     assert await store.get_projection(key) == again.parsed.projection
+
+
+def terminate_other_sessions(dsn: str) -> int:
+    """End every other session of the database (as a restart would).
+    @return: how many."""
+    connection = psycopg2.connect(dsn, connect_timeout=10)
+    try:
+        connection.autocommit = True
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                           " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            (count,) = cursor.fetchone()
+            return int(count)
+    finally:
+        connection.close()
+
+
+async def cycle_statements(store: Any, monkeypatch: pytest.MonkeyPatch, serial: int,
+                           path: str = "prepared") -> list[str]:
+    """The statements a LOCK, POST ?ID= and UNLOCK send (one text per round trip)."""
+    from txpostgres.txpostgres import Cursor
+
+    sent: list[str] = []
+    original = Cursor.execute
+
+    def recording(self: Any, query: str, params: Any = None) -> Any:
+        sent.append(query)
+        return original(self, query, params)
+
+    key = StateKey(DEFAULT_TENANT, path)
+    warm_up = LockInfo.from_bytes(lock_body(f"warm-up-{serial}"))
+    await store.acquire_lock(key, warm_up, ALICE)  # the state row exists from here on
+    await store.release_lock(key, warm_up.id, ALICE)
+    info = LockInfo.from_bytes(lock_body(f"id-{serial}"))
+    with monkeypatch.context() as patch:
+        patch.setattr(Cursor, "execute", recording)
+        await store.acquire_lock(key, info, ALICE)
+        await store.write_state(key, prepare_upload(state_body(serial)), info.id, ALICE)
+        await store.release_lock(key, info.id, ALICE)
+    assert await store.read_current(key) == state_body(serial)
+    return sent
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_write_cycle_runs_prepared_statements(store: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every statement of the write cycle is an EXECUTE of a statement the
+    session prepared (no statement text is parsed and planned anew)."""
+    sent = await cycle_statements(store, monkeypatch, 1)
+    assert len(sent) == 7
+    for text in sent:
+        statement = text.removeprefix("BEGIN; ").removesuffix("; COMMIT")
+        assert statement.startswith("EXECUTE kl_"), statement[:60]
+
+
+@pytest_twisted.ensureDeferred
+async def test_sessions_prepare_again_after_a_reconnection(
+        store: Any, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions ended by the server (a restart, an administrator) come back
+    by themselves and prepare the statements again before serving."""
+    from twisted.internet import reactor
+    from twisted.internet.task import deferLater
+
+    await cycle_statements(store, monkeypatch, 1)
+    assert terminate_other_sessions(postgres_dsn) == 2
+    served = 0
+    for _ in range(100):  # the dead sessions are noticed and replaced
+        try:
+            await store.read_current(KEY)
+            served += 1
+        except Exception:  # 503 while reconnecting is expected
+            served = 0
+        if served >= 4:
+            break
+        await deferLater(reactor, 0.1, lambda: None)
+    assert served >= 4
+    assert all(connection.prepared for connection in store._pool.every_connection)
+    for serial in (2, 3, 4):  # both sessions serve, prepared
+        sent = await cycle_statements(store, monkeypatch, serial)
+        assert all("EXECUTE kl_" in text for text in sent)
+
+
+@pytest_twisted.ensureDeferred
+async def test_without_prepared_statements_the_text_is_sent(
+        postgres_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """prepared_statements=False (a pooler that does not keep sessions)
+    sends each statement's text and prepares nothing."""
+    from twisted.internet import reactor
+
+    plain = postgres_module.PostgresStateStore(postgres_dsn, reactor, pool_size=2,
+                                               prepared_statements=False)
+    await plain.start()
+    try:
+        sent = await cycle_statements(plain, monkeypatch, 1)
+        assert not any("EXECUTE" in text or "PREPARE" in text for text in sent)
+        assert not any(connection.prepared for connection in plain._pool.every_connection)
+    finally:
+        await plain.stop()
+
+
+def test_a_prepared_statement_numbers_its_parameters_in_order() -> None:
+    """Named placeholders become $1, $2, ... in order of first appearance (a
+    repeated one keeps its number); EXECUTE takes the values in that order."""
+    from kilolock.store.postgres_prepared import PreparedSQL
+
+    statement = PreparedSQL("kl_example", "SELECT %(b)s, %(a)s, %(b)s, 'x' LIKE 'x%%'")
+    assert statement == "SELECT %(b)s, %(a)s, %(b)s, 'x' LIKE 'x%%'"
+    assert statement.prepare == "PREPARE kl_example AS SELECT $1, $2, $1, 'x' LIKE 'x%'"
+    assert statement.execute_sql == "EXECUTE kl_example(%s, %s)"
+    assert statement.arguments({"a": 1, "b": 2, "unused": 3}) == [2, 1]

@@ -55,6 +55,7 @@ from twisted.internet.defer import (
     DeferredLock,
     FirstError,
     ensureDeferred,
+    gatherResults,
     maybeDeferred,
 )
 from twisted.internet.error import ConnectionDone, ConnectionLost
@@ -110,6 +111,7 @@ from kilolock.resource_query import attribute_steps, check_query, like_pattern
 from kilolock.store.embedded import EmbeddedPostgres
 from kilolock.store.postgres_bulk import BlockingSession, binary_copy, register_casters, text_copy
 from kilolock.store.postgres_hosted import OWNER_GONE_SQLSTATE, HostedPostgresStore
+from kilolock.store.postgres_prepared import PreparedSQL, prepare_statements_sql
 from kilolock.store.postgres_read import read_raw_state_txn
 from kilolock.store.schema import SCHEMA_VERSION, SchemaTooNew, ensure_schema, schema_version
 
@@ -287,16 +289,25 @@ class _BeginWithFirstStatement:
     result.  C{execute(..., commit=True)} ends it the same way: C{<statement>;
     COMMIT} is one simple query (the statement's rows are not kept); if the
     statement fails, PostgreSQL skips the COMMIT and the transaction is
-    rolled back as usual."""
+    rolled back as usual.  A L{PreparedSQL} runs as C{EXECUTE} on a session
+    that prepared it (C{prepared})."""
 
-    def __init__(self, cursor: Any) -> None:
+    def __init__(self, cursor: Any, prepared: bool = False) -> None:
         self._cursor = cursor
+        self._prepared = prepared
         self._begun = False
         self.committed = False
 
     def execute(self, query: str, params: Any = None, *, commit: bool = False) -> Deferred[Any]:
+        """Run C{query} (as C{EXECUTE} when it is a L{PreparedSQL} and the
+        session prepared the state lane's statements).
+
+        @return: a Deferred firing when the statement has run."""
         if self.committed:
             raise RuntimeError("a statement after the transaction was committed")
+        if self._prepared and isinstance(query, PreparedSQL):
+            params = query.arguments(params)
+            query = query.execute_sql
         if not self._begun:
             self._begun = True
             query = "BEGIN; " + query
@@ -317,6 +328,11 @@ class _PooledConnection(Connection):  # type: ignore[misc]
 
     connect_timeout = CONNECT_TIMEOUT
     detector: _ReconnectingDetector
+    #: The PREPARE statements every session runs once the schema is current
+    #: (set by the pool after the upgrade; None before).
+    prepare_sql: str | None = None
+    #: Whether this session prepared them.
+    prepared = False
 
     def connect(self, *args: Any, **kwargs: Any) -> Deferred[Any]:
         attempt: Deferred[Any] = super().connect(*args, **kwargs)
@@ -338,7 +354,32 @@ class _PooledConnection(Connection):  # type: ignore[misc]
 
     def _connected(self, result: Any) -> Any:
         register_type(_BYTEA_AS_HEX, self._connection)
-        return result
+        self.prepared = False
+        if self.prepare_sql is None:  # the first connect: the pool prepares later
+            return result
+        preparing = self.prepare_statements()
+        return preparing.addCallback(lambda _: result)
+
+    def prepare_statements(self) -> Deferred[None]:
+        """Prepare the state lane's statements in this session (outside any
+        transaction).  A failure is logged and leaves the session running
+        the statements as text.
+
+        @return: a Deferred firing with None."""
+        assert self.prepare_sql is not None
+        sql = self.prepare_sql
+        # Not through runOperation: while reconnecting, the detector still
+        # counts this session as dead and would refuse it.
+        running: Deferred[Any] = self.lock.run(lambda: self.cursor().execute(sql))
+
+        def prepared(_: object) -> None:
+            self.prepared = True
+
+        def not_prepared(failure: Failure) -> None:
+            log.warn("could not prepare statements ({kind}); running them as text",
+                     kind=failure.type.__name__ if failure.type else "?")
+
+        return running.addCallbacks(prepared, not_prepared)
 
     def _abandon_connect(self) -> None:
         self.close()
@@ -351,7 +392,7 @@ class _PooledConnection(Connection):  # type: ignore[misc]
         last (a round trip less each), and that a rollback on a connection that is already
         gone is expected, not logged as an unhandled error with a traceback."""
         cursor = self.cursor()
-        statements = _BeginWithFirstStatement(cursor)
+        statements = _BeginWithFirstStatement(cursor, self.prepared)
         running: Deferred[Any] = maybeDeferred(interaction, statements, *args, **kwargs)
 
         def commit(result: Any) -> Any:
@@ -445,6 +486,14 @@ class _ResilientPool(ConnectionPool):  # type: ignore[misc]
         running: Deferred[T] = connection.runInteraction(interaction)
         return running.addBoth(self._putBackAndPassthrough, connection)
 
+    def prepare_statements(self, sql: str) -> Deferred[Any]:
+        """Have every session run C{sql} (PREPARE statements) now and after
+        each reconnection.  @return: a Deferred firing when all have tried."""
+        for connection in self.every_connection:
+            connection.prepare_sql = sql
+        return gatherResults([connection.prepare_statements()
+                              for connection in self.every_connection if connection.alive])
+
     @property
     def any_alive(self) -> bool:
         return any(connection.alive for connection in self.every_connection)
@@ -469,6 +518,11 @@ class _ResilientPool(ConnectionPool):  # type: ignore[misc]
 class PostgresStateStore(HostedPostgresStore):
     """States, versions, locks, projection rows and audit events in PostgreSQL.
 
+    With C{prepared_statements} (the default) every pooled session prepares
+    the write cycle's statements (see L{kilolock.store.postgres_prepared});
+    turn it off for a connection pooler that does not keep sessions (e.g.
+    PgBouncer in transaction mode).
+
     @ivar reachable: True when the last contact with the database worked.
     @ivar schema_upgrade: (version found, version now) of the last schema
         check, or None before the first.
@@ -480,12 +534,14 @@ class PostgresStateStore(HostedPostgresStore):
                  statement_timeout: float = STATEMENT_TIMEOUT,
                  operation_timeout: float = OPERATION_TIMEOUT,
                  clock: Callable[[], datetime] = utcnow,
-                 embedded: EmbeddedPostgres | None = None) -> None:
+                 embedded: EmbeddedPostgres | None = None,
+                 prepared_statements: bool = True) -> None:
         if database_url is None and embedded is None:
             raise ValueError("a database URL or an embedded PostgreSQL is needed")
         self._reactor = reactor
         self._embedded = embedded
         self._pool_size = pool_size
+        self._prepared_statements = prepared_statements
         self._connect_timeout = connect_timeout
         self._statement_timeout = statement_timeout
         self._operation_timeout = operation_timeout
@@ -625,6 +681,8 @@ class PostgresStateStore(HostedPostgresStore):
                 pool, lambda cursor: ensureDeferred(_prepare_database_txn(cursor)))
             self.schema_upgrade = (found, now)
             self._utf8_database = encoding.upper() in ("UTF8", "UNICODE")
+            if self._prepared_statements:
+                await pool.prepare_statements(_PREPARE_STATEMENTS)
             if found != now:
                 log.info("database schema upgraded from version {found} to {now}",
                          found=found, now=now)
@@ -977,12 +1035,8 @@ class PostgresStateStore(HostedPostgresStore):
 
     async def _release_txn(self, cursor: Any, key: StateKey, lock_id: str | None,
                            principal: Principal) -> HeldLock | None:
-        await cursor.execute(
-            "DELETE FROM locks l USING states s"
-            " WHERE l.state_id = s.id AND s.tenant_id = %(tenant)s AND s.path = %(path)s"
-            " AND (%(lock_id)s::text IS NULL OR l.lock_id = %(lock_id)s)"
-            " RETURNING l.info, l.acquired_at, l.principal",
-            {"tenant": key.tenant, "path": key.path, "lock_id": lock_id})
+        await cursor.execute(_RELEASE_LOCK,
+                             {"tenant": key.tenant, "path": key.path, "lock_id": lock_id})
         row = cursor.fetchone()
         if row is None:
             if lock_id is not None:
@@ -1421,19 +1475,27 @@ def postgres_store_from_settings(settings: Any, reactor: Any) -> PostgresStateSt
 # ---------------------------------------------------------------------------
 # SQL
 
-_LOCK_STATE_ROW = (
-    "SELECT id FROM states WHERE tenant_id = %(tenant)s AND path = %(path)s FOR UPDATE"
-)
+_LOCK_STATE_ROW = PreparedSQL(
+    "kl_lock_state_row",
+    "SELECT id FROM states WHERE tenant_id = %(tenant)s AND path = %(path)s FOR UPDATE")
 
 # One statement: ON CONFLICT DO NOTHING makes it atomic against concurrent
 # LOCKs in any process; no row comes back when the state is missing or locked.
-_TAKE_LOCK = """
+_TAKE_LOCK = PreparedSQL("kl_take_lock", """
 INSERT INTO locks (state_id, lock_id, info, acquired_at, principal)
 SELECT id, %(lock_id)s, %(info)s, %(now)s, %(principal)s
 FROM states WHERE tenant_id = %(tenant)s AND path = %(path)s
 ON CONFLICT (state_id) DO NOTHING
 RETURNING state_id
-"""
+""")
+
+# An owner release (lock_id given) or a force release (NULL), in one statement.
+_RELEASE_LOCK = PreparedSQL(
+    "kl_release_lock",
+    "DELETE FROM locks l USING states s"
+    " WHERE l.state_id = s.id AND s.tenant_id = %(tenant)s AND s.path = %(path)s"
+    " AND (%(lock_id)s::text IS NULL OR l.lock_id = %(lock_id)s)"
+    " RETURNING l.info, l.acquired_at, l.principal")
 
 _VERSION_COLUMNS = (
     "v.number, v.serial, v.lineage, v.sha256, v.size, v.created_at, v.principal, v.projected"
@@ -1540,12 +1602,14 @@ head AS (
 """
 
 # One statement for an event; no row comes back when the tenant does not exist.
-_APPEND_EVENT = f"WITH {_APPEND_EVENT_STEPS} SELECT seq, prev_hash, hash FROM appended"  # noqa: S608
+_APPEND_EVENT = PreparedSQL(
+    "kl_append_event",
+    f"WITH {_APPEND_EVENT_STEPS} SELECT seq, prev_hash, hash FROM appended")  # noqa: S608
 
 # A whole write after its checks, in one statement: the version, its
 # projection (replacing the previous one) and its event.  Data-modifying
 # steps all run, whatever the final SELECT reads.
-_WRITE_VERSION = f"""
+_WRITE_VERSION = PreparedSQL("kl_write_version", f"""
 WITH touched AS (
     UPDATE states SET updated_at = %(at)s, projection_digests = %(digests)s
     WHERE id = %(state)s),
@@ -1559,13 +1623,13 @@ new_version AS (
 {_PROJECTION_STEPS.replace("%(version)s", "(SELECT id FROM new_version)")},
 {_APPEND_EVENT_STEPS}
 SELECT seq FROM appended
-"""  # noqa: S608 - constant fragments
+""")  # noqa: S608 - constant fragments
 
 # What a write checks once its state row is locked: the lock (FOR SHARE: an
 # UNLOCK waits for the write) and the versions with the serial plus the
 # current one; one row per version (or one row of NULLs), each with the lock
 # and the digests of the state's projection rows.
-_LOCK_AND_CANDIDATES = f"""
+_LOCK_AND_CANDIDATES = PreparedSQL("kl_lock_and_candidates", f"""
 SELECT l.lock_id, l.info, d.projection_digests, {_VERSION_COLUMNS}
 FROM (SELECT projection_digests FROM states WHERE id = %(state)s) AS d
 LEFT JOIN LATERAL (
@@ -1578,7 +1642,12 @@ LEFT JOIN LATERAL (
            OR number = (SELECT max(number) FROM state_versions WHERE state_id = %(state)s))
 ) v ON true
 ORDER BY v.number
-"""  # noqa: S608 - constant fragments
+""")  # noqa: S608 - constant fragments
+
+#: What every pooled session prepares once the schema is current.
+_PREPARE_STATEMENTS = prepare_statements_sql([
+    _LOCK_STATE_ROW, _TAKE_LOCK, _RELEASE_LOCK, _APPEND_EVENT, _WRITE_VERSION,
+    _LOCK_AND_CANDIDATES])
 
 
 # ---------------------------------------------------------------------------
