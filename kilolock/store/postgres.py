@@ -298,16 +298,24 @@ class _BeginWithFirstStatement:
         self._begun = False
         self.committed = False
 
-    def execute(self, query: str, params: Any = None, *, commit: bool = False) -> Deferred[Any]:
+    def execute(self, query: str | tuple[str, ...], params: Any = None, *,
+                commit: bool = False) -> Deferred[Any]:
         """Run C{query} (as C{EXECUTE} when it is a L{PreparedSQL} and the
-        session prepared the state lane's statements).
+        session prepared the state lane's statements).  A tuple of
+        statements sharing the named C{params} is sent as one simple query
+        (one round trip; the last statement's rows come back).
 
         @return: a Deferred firing when the statement has run."""
         if self.committed:
             raise RuntimeError("a statement after the transaction was committed")
-        if self._prepared and isinstance(query, PreparedSQL):
-            params = query.arguments(params)
-            query = query.execute_sql
+        statements = query if isinstance(query, tuple) else (query,)
+        if self._prepared and all(isinstance(part, PreparedSQL) for part in statements):
+            named = params
+            params = [value for part in statements
+                      for value in cast(PreparedSQL, part).arguments(named)]
+            query = "; ".join(cast(PreparedSQL, part).execute_sql for part in statements)
+        else:
+            query = "; ".join(statements)
         if not self._begun:
             self._begun = True
             query = "BEGIN; " + query
@@ -952,7 +960,11 @@ class PostgresStateStore(HostedPostgresStore):
             _, params = _event_parameters(key.tenant, event_kind, principal.name, key.path, now,
                                           lock_id=lock_id, serial=serial, sha256=upload.sha256,
                                           detail=detail)
-            await cursor.execute(_WRITE_VERSION, {
+            # The event's statement locks the tenant's chain head until the
+            # COMMIT: it comes last, so that the version and projection are
+            # written before that lock is taken (writes of other states of
+            # the tenant wait only for an append and a commit).
+            await cursor.execute((_WRITE_VERSION, _APPEND_EVENT), {
                 **params, "state": state_id, "number": version.number,
                 "lineage": version.lineage, "size": version.size, "raw": prepared.raw_state,
                 "projected": version.projected, "resource_count": prepared.resource_count,
@@ -1606,9 +1618,10 @@ _APPEND_EVENT = PreparedSQL(
     "kl_append_event",
     f"WITH {_APPEND_EVENT_STEPS} SELECT seq, prev_hash, hash FROM appended")  # noqa: S608
 
-# A whole write after its checks, in one statement: the version, its
-# projection (replacing the previous one) and its event.  Data-modifying
-# steps all run, whatever the final SELECT reads.
+# A write after its checks, in one statement: the version and its
+# projection (replacing the tables that changed).  Data-modifying steps all
+# run, whatever the final SELECT reads.  The event follows in a statement of
+# its own, sent in the same round trip (see _write_txn).
 _WRITE_VERSION = PreparedSQL("kl_write_version", f"""
 WITH touched AS (
     UPDATE states SET updated_at = %(at)s, projection_digests = %(digests)s
@@ -1620,9 +1633,8 @@ new_version AS (
             %(at)s, %(principal)s, %(projected)s, %(resource_count)s)
     RETURNING id
 ),
-{_PROJECTION_STEPS.replace("%(version)s", "(SELECT id FROM new_version)")},
-{_APPEND_EVENT_STEPS}
-SELECT seq FROM appended
+{_PROJECTION_STEPS.replace("%(version)s", "(SELECT id FROM new_version)")}
+SELECT id FROM new_version
 """)  # noqa: S608 - constant fragments
 
 # What a write checks once its state row is locked: the lock (FOR SHARE: an
