@@ -7,7 +7,6 @@ path and meet the same lock matrix, replays and errors as on the pool."""
 from __future__ import annotations
 
 import hashlib
-import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -21,7 +20,7 @@ from stub_client import lock_body, state_body
 from kilolock.errors import LockConflict, LockNotHeld, SerialConflict, ServiceUnavailable
 from kilolock.model import DEFAULT_TENANT, LockInfo, Principal, StateKey, StateUpload
 from kilolock.store import postgres as postgres_module
-from kilolock.store.postgres_bulk import BlockingSession, _drive, single_bytea_from_copy
+from kilolock.store.postgres_bulk import BlockingSession, _drive
 from kilolock.tfstate import parse_state
 
 ALICE = Principal(DEFAULT_TENANT, "alice")
@@ -217,33 +216,6 @@ async def test_a_blocked_large_write_gives_503_at_the_deadline_and_rolls_back(
     finally:
         row_locker.release()
         await store.stop()
-
-
-def copy_stream(*fields: bytes | None, extension: bytes = b"") -> list[bytes]:
-    """A binary COPY stream of rows with one field each."""
-    parts = [b"PGCOPY\n\xff\r\n\x00", struct.pack("!II", 0, len(extension)), extension]
-    for field in fields:
-        parts.append(struct.pack("!h", 1))
-        parts.append(struct.pack("!i", -1) if field is None
-                     else struct.pack("!i", len(field)) + field)
-    parts.append(struct.pack("!h", -1))
-    data = b"".join(parts)
-    return [data[:7], data[7:30], data[30:]]
-
-
-def test_single_bytea_from_copy_reads_the_format() -> None:
-    """The parser finds the one field after a header extension, across chunks;
-    no row is None; a NULL, a truncated stream or another format is an error."""
-    payload = bytes(range(256)) * 3
-    assert single_bytea_from_copy(copy_stream(payload, extension=b"ext!")) == payload
-    assert single_bytea_from_copy(copy_stream(b"")) == b""
-    assert single_bytea_from_copy(copy_stream()) is None
-    with pytest.raises(ValueError, match="NULL"):
-        single_bytea_from_copy(copy_stream(None))
-    with pytest.raises(ValueError, match="truncated"):
-        single_bytea_from_copy([b"".join(copy_stream(payload))[:-10]])
-    with pytest.raises(ValueError, match="not a binary COPY"):
-        single_bytea_from_copy([b"PGCOPX" + b"\x00" * 40])
 
 
 def test_a_transaction_step_that_really_waits_is_refused() -> None:

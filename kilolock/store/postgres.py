@@ -727,7 +727,7 @@ class PostgresStateStore(HostedPostgresStore):
                      blocking: bool = False) -> Deferred[T]:
         """Run C{txn(cursor, *args)} as one transaction; with C{blocking}, on
         a blocking connection in a thread (for transactions that move many
-        megabytes; the cursor then also has C{copy_bytea_out}).
+        megabytes; the cursor then also has C{select_bytea} and C{copy_in}).
 
         @return: a Deferred firing with its result; database unavailability
             becomes L{ServiceUnavailable}; a deadlock is retried.
@@ -1372,7 +1372,7 @@ def _event_parameters(tenant: str, kind: str, principal: str, state_path: str | 
 def _small_raw_state() -> str:
     """The SQL for the raw state of a version row C{v} when it is small
     (hex text), else NULL (the caller then reads it by id with
-    L{_copy_raw_state_txn})."""
+    L{read_raw_state_txn})."""
     return f"CASE WHEN v.size < {int(LARGE_TRANSFER_BYTES)} THEN v.raw_state END"
 
 
@@ -1456,14 +1456,6 @@ async def _copy_projection_txn(cursor: Any, state_id: int, version_id: int,
                    None if row.type is None else _jsonb_safe(row.type),
                    None if row.value is None else _jsonb_safe(row.value), row.sensitive)
                   for ordinal, row in enumerate(projection.outputs, 1)))
-
-
-async def _copy_raw_state_txn(cursor: Any, version_id: int) -> bytes | None:
-    """The raw state of version C{version_id}, read with a binary COPY (a
-    blocking transaction's cursor); None when the version is gone."""
-    raw: bytes | None = cursor.copy_bytea_out(
-        "SELECT raw_state FROM state_versions WHERE id = %s", (version_id,))
-    return raw
 
 
 async def _prepare_database_txn(cursor: Any) -> tuple[tuple[int, int], str]:

@@ -17,9 +17,8 @@ also get COPY and binary results:
     when it raises;
   - L{BlockingCursor.select_bytea} reads one bytea with a binary result on a
     psycopg 3 connection (L{kilolock.store.postgres_read}: how the store reads
-    a large state), L{BlockingCursor.copy_bytea_out} with C{COPY ... TO STDOUT
-    (FORMAT binary)}: either way the bytes as stored, neither hex-encoded by
-    the server nor decoded here;
+    a large state): the bytes as stored, neither hex-encoded by the server
+    nor decoded here;
   - L{BlockingCursor.copy_in} streams rows into a table with C{COPY ... FROM
     STDIN}: L{binary_copy} (a state's bytes go in as they are: no SQL literal
     for the server to scan, no quoted copy here) or L{text_copy} (projection
@@ -46,8 +45,7 @@ from twisted.internet.defer import Deferred, succeed
 
 from kilolock.store import postgres_read
 
-__all__ = ["BlockingCursor", "BlockingSession", "binary_copy", "single_bytea_from_copy",
-           "text_copy"]
+__all__ = ["BlockingCursor", "BlockingSession", "binary_copy", "text_copy"]
 
 T = TypeVar("T")
 
@@ -75,15 +73,6 @@ class BlockingCursor:
         ignored (the session commits when the transaction returns)."""
         self._session.cursor().execute(query, params)
         return succeed(None)
-
-    def copy_bytea_out(self, query: str, params: Any = None) -> bytes | None:
-        """The single bytea column of the single row C{query} selects (None
-        when it selects no row), read with a binary COPY."""
-        cursor = self._session.cursor()
-        sink = _Chunks()
-        statement = cursor.mogrify(query, params).decode("utf-8")
-        cursor.copy_expert(f"COPY ({statement}) TO STDOUT (FORMAT binary)", sink)
-        return single_bytea_from_copy(sink.chunks)
 
     def select_bytea(self, query: str, params: Any = None) -> bytes | None:
         """The single bytea column of the single row C{query} selects (None
@@ -192,45 +181,6 @@ def _text_field(value: Any) -> str:
     if "\t" in text or "\n" in text or "\r" in text:
         text = text.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
     return text
-
-
-class _Chunks:
-    """A write-only file for C{copy_expert}: keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.chunks: list[bytes] = []
-
-    def write(self, data: bytes) -> int:
-        self.chunks.append(data)
-        return len(data)
-
-
-def single_bytea_from_copy(chunks: list[bytes]) -> bytes | None:
-    """The one bytea field of the (zero or one) row of a binary COPY stream.
-
-    The format: an 11-byte signature, a 32-bit flags field, a 32-bit header
-    extension length and that many bytes; per row a 16-bit field count and,
-    per field, a 32-bit length (-1: NULL) and the bytes; a 16-bit -1 at the end.
-    """
-    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    chunks.clear()
-    view = memoryview(data)
-    if bytes(view[:11]) != _COPY_SIGNATURE:
-        raise ValueError("not a binary COPY stream")
-    (extension,) = struct.unpack_from("!I", view, 15)
-    position = 19 + extension
-    (fields,) = struct.unpack_from("!h", view, position)
-    if fields == -1:
-        return None
-    if fields != 1:
-        raise ValueError(f"expected one field per row, got {fields}")
-    (length,) = struct.unpack_from("!i", view, position + 2)
-    start = position + 6
-    if length < 0:
-        raise ValueError("the bytea is NULL")
-    if start + length + 2 > len(view):
-        raise ValueError("truncated binary COPY stream")
-    return bytes(view[start:start + length])
 
 
 class BlockingSession:
