@@ -289,8 +289,10 @@ class _BeginWithFirstStatement:
     result.  C{execute(..., commit=True)} ends it the same way: C{<statement>;
     COMMIT} is one simple query (the statement's rows are not kept); if the
     statement fails, PostgreSQL skips the COMMIT and the transaction is
-    rolled back as usual.  A L{PreparedSQL} runs as C{EXECUTE} on a session
-    that prepared it (C{prepared})."""
+    rolled back as usual.  A transaction of one statement (the first
+    statement sent with C{commit=True}) travels without either, and its rows
+    are kept.  A L{PreparedSQL} runs as C{EXECUTE} on a session that
+    prepared it (C{prepared})."""
 
     def __init__(self, cursor: Any, prepared: bool = False) -> None:
         self._cursor = cursor
@@ -316,12 +318,18 @@ class _BeginWithFirstStatement:
             query = "; ".join(cast(PreparedSQL, part).execute_sql for part in statements)
         else:
             query = "; ".join(statements)
-        if not self._begun:
-            self._begun = True
-            query = "BEGIN; " + query
-        if commit:
-            self.committed = True
-            query = query + "; COMMIT"
+        if not self._begun and commit:
+            # The transaction's only statement: sent alone, it is its own
+            # transaction (psycopg2's asynchronous sessions autocommit), and
+            # its rows come back.
+            self._begun = self.committed = True
+        else:
+            if not self._begun:
+                self._begun = True
+                query = "BEGIN; " + query
+            if commit:
+                self.committed = True
+                query = query + "; COMMIT"
         result: Deferred[Any] = self._cursor.execute(query, params)
         return result
 
@@ -1004,7 +1012,24 @@ class PostgresStateStore(HostedPostgresStore):
             C{info.id} already held it; failing with L{LockConflict} (423,
             the holder's bytes) when another ID holds it.
         """
-        return self._transaction(self._acquire_txn, key, info, principal)
+        async def acquire() -> bool:
+            if await self._transaction(self._take_lock_at_once_txn, key, info, principal):
+                return True
+            return await self._transaction(self._acquire_txn, key, info, principal)
+
+        return ensureDeferred(acquire())
+
+    async def _take_lock_at_once_txn(self, cursor: Any, key: StateKey, info: LockInfo,
+                                     principal: Principal) -> bool:
+        """The usual LOCK (the state exists and is unlocked) in one statement
+        and one round trip: the lock row and its audit event.  @return:
+        whether the lock was taken (if not, nothing was written)."""
+        now = self.clock()
+        _, params = _event_parameters(key.tenant, LOCK_ACQUIRE, principal.name, key.path, now,
+                                      lock_id=info.id, detail=lock_detail(info, principal))
+        await cursor.execute(_TAKE_LOCK_AND_RECORD,
+                             {**params, "info": info.raw, "now": now}, commit=True)
+        return cursor.fetchone() is not None
 
     async def _acquire_txn(self, cursor: Any, key: StateKey, info: LockInfo,
                            principal: Principal) -> bool:
@@ -1648,10 +1673,21 @@ LEFT JOIN LATERAL (
 ORDER BY v.number
 """)  # noqa: S608 - constant fragments
 
+# A LOCK of an existing, unlocked state and its event, in one statement: the
+# event is appended (the tenant's chain head locked) only if the lock was
+# taken; a row comes back only then.
+_TAKE_LOCK_AND_RECORD = PreparedSQL("kl_take_lock_and_record", f"""
+WITH taken AS ({_TAKE_LOCK}),
+{_APPEND_EVENT_STEPS.replace(
+    "WHERE id = %(tenant)s FOR NO KEY UPDATE",
+    "WHERE id = %(tenant)s AND EXISTS (SELECT 1 FROM taken) FOR NO KEY UPDATE")}
+SELECT state_id FROM taken
+""")  # noqa: S608 - constant fragments
+
 #: What every pooled session prepares once the schema is current.
 _PREPARE_STATEMENTS = prepare_statements_sql([
     _LOCK_STATE_ROW, _TAKE_LOCK, _RELEASE_LOCK, _APPEND_EVENT, _WRITE_VERSION,
-    _LOCK_AND_CANDIDATES])
+    _LOCK_AND_CANDIDATES, _TAKE_LOCK_AND_RECORD])
 
 
 # ---------------------------------------------------------------------------
