@@ -63,6 +63,9 @@ class Settings:
     store: str = "postgres"
     database_url: str | None = None
     data_dir: str = "./kilolock-data"
+    #: Prepare the write cycle's statements in each database session ("on"),
+    #: or send their text ("off": for a pooler that does not keep sessions).
+    prepared_statements: str = "on"
     auth_mode: str = "open"
     auth_token: str = ""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -98,6 +101,7 @@ class Settings:
             store=store,
             database_url=database_url,
             data_dir=pick("data-dir", "KL_DATA_DIR", "./kilolock-data"),
+            prepared_statements=pick("prepared-statements", "KL_PREPARED_STATEMENTS", "on"),
             auth_mode=pick("auth-mode", "KL_AUTH_MODE", "open"),
             auth_token=environ.get("KL_AUTH_TOKEN", ""),
             max_body_bytes=_number(int, "KL_MAX_BODY_BYTES", pick(
@@ -137,6 +141,8 @@ class Settings:
                 raise usage.UsageError(f"{name} must be a positive number of seconds")
         if self.shutdown_grace < 0:
             raise usage.UsageError("KL_SHUTDOWN_GRACE must not be negative")
+        if self.prepared_statements not in ("on", "off"):
+            raise usage.UsageError("--prepared-statements must be on or off")
         if self.log_format not in LOG_FORMATS:
             raise usage.UsageError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
         try:
@@ -190,6 +196,9 @@ class Options(usage.Options):
          "PostgreSQL URL; without one an embedded PostgreSQL is started [KL_DATABASE_URL]"],
         ["data-dir", None, None,
          "data directory of the embedded PostgreSQL [KL_DATA_DIR, default ./kilolock-data]"],
+        ["prepared-statements", None, None,
+         "on or off: prepare the write cycle's statements in each database session"
+         " (off for a pooler in transaction mode) [KL_PREPARED_STATEMENTS, default on]"],
         ["auth-mode", None, None, "open, static or database [KL_AUTH_MODE, default open]"],
         ["max-body-bytes", None, None,
          "largest request body accepted [KL_MAX_BODY_BYTES, default 268435456]"],

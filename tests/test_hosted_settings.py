@@ -100,3 +100,22 @@ async def test_hosted_service_serves_both_listeners() -> None:
         await refused.content()
     finally:
         await service.stopService()
+
+
+def test_prepared_statements_setting() -> None:
+    """--prepared-statements / KL_PREPARED_STATEMENTS: on by default, off on
+    request (the option wins), anything else a usage error; the store built
+    from the settings follows it."""
+    from kilolock.store.postgres import postgres_store_from_settings
+
+    assert settings({}).prepared_statements == "on"
+    assert settings({"KL_PREPARED_STATEMENTS": "off"}).prepared_statements == "off"
+    assert settings({"KL_PREPARED_STATEMENTS": "off"},
+                    **{"prepared-statements": "on"}).prepared_statements == "on"
+    with pytest.raises(usage.UsageError, match="--prepared-statements must be on or off"):
+        settings({"KL_PREPARED_STATEMENTS": "yes"})
+    for value, expected in (("on", True), ("off", False)):
+        store = postgres_store_from_settings(
+            settings({}, database="postgresql://kilolock@127.0.0.1/kilolock",
+                     **{"prepared-statements": value}), reactor=None)
+        assert store._prepared_statements is expected

@@ -1496,9 +1496,11 @@ async def _prepare_database_txn(cursor: Any) -> tuple[tuple[int, int], str]:
 def postgres_store_from_settings(settings: Any, reactor: Any) -> PostgresStateStore:
     """The store C{twistd kilolock} uses: the database at C{settings.database_url},
     or the embedded PostgreSQL in C{settings.data_dir} when there is no URL."""
+    prepared = getattr(settings, "prepared_statements", "on") == "on"
     if settings.database_url:
-        return PostgresStateStore(settings.database_url, reactor)
-    return PostgresStateStore.embedded(EmbeddedPostgres(settings.data_dir), reactor)
+        return PostgresStateStore(settings.database_url, reactor, prepared_statements=prepared)
+    return PostgresStateStore.embedded(EmbeddedPostgres(settings.data_dir), reactor,
+                                       prepared_statements=prepared)
 
 
 # ---------------------------------------------------------------------------
