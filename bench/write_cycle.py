@@ -178,27 +178,30 @@ def main() -> None:
                       f"  server CPU ms/cycle median={cpu_ms[(server, clients)]:.3f}",
                       flush=True)
     print()
-    print("| clients | " + " | ".join(servers) + " | " +
-          " | ".join(f"{s}/floor" for s in servers if s != "floor") + " |")
-    print("|---" * (1 + len(servers) + len([s for s in servers if s != "floor"])) + "|")
-    for clients in client_counts:
-        row = [f"{results[(s, clients)]:.1f}" for s in servers]
-        floor = results.get(("floor", clients))
-        ratios = [f"{results[(s, clients)] / floor:.2f}" if floor else "-"
-                  for s in servers if s != "floor"]
-        print(f"| {clients} | " + " | ".join(row) + " | " + " | ".join(ratios) + " |")
+    print_table(servers, client_counts, results, "{:.1f}", floor_first=False)
     print()
     print("Server CPU per cycle (ms; PostgreSQL's backends included), and the floor's")
     print("CPU per cycle divided by it (a ratio that a busy machine disturbs less):")
     print()
-    print("| clients | " + " | ".join(servers) + " | " +
-          " | ".join(f"floor/{s}" for s in servers if s != "floor") + " |")
-    print("|---" * (1 + len(servers) + len([s for s in servers if s != "floor"])) + "|")
+    print_table(servers, client_counts, cpu_ms, "{:.3f}", floor_first=True)
+
+
+def print_table(servers: list[str], client_counts: list[int],
+                values: dict[tuple[str, int], float], number: str, floor_first: bool) -> None:
+    """A Markdown table: one row per client count, a column per server, then
+    each server against the floor (server/floor, or floor/server when
+    C{floor_first}: for costs, where less is better)."""
+    others = [s for s in servers if s != "floor"]
+    ratio_names = [f"floor/{s}" if floor_first else f"{s}/floor" for s in others]
+    print("| clients | " + " | ".join(servers) + " | " + " | ".join(ratio_names) + " |")
+    print("|---" * (1 + len(servers) + len(others)) + "|")
     for clients in client_counts:
-        row = [f"{cpu_ms[(s, clients)]:.3f}" for s in servers]
-        floor_cpu = cpu_ms.get(("floor", clients))
-        ratios = [f"{floor_cpu / cpu_ms[(s, clients)]:.2f}" if floor_cpu else "-"
-                  for s in servers if s != "floor"]
+        row = [number.format(values[(s, clients)]) for s in servers]
+        floor = values.get(("floor", clients))
+        ratios = [("-" if not floor else
+                   f"{floor / values[(s, clients)]:.2f}" if floor_first else
+                   f"{values[(s, clients)] / floor:.2f}")
+                  for s in others]
         print(f"| {clients} | " + " | ".join(row) + " | " + " | ".join(ratios) + " |")
 
 

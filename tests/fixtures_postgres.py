@@ -129,16 +129,30 @@ def postgres_session_database(postgres_admin_dsn: str) -> Iterator[str]:
 _SEED_ROWS = "INSERT INTO tenants (id) VALUES ('default') ON CONFLICT (id) DO NOTHING"
 
 
-def empty_database(dsn: str) -> None:
-    """Make a database with the current schema as it was just after the
-    upgrade: end its other sessions, empty every table except schema_version
-    (identities restarted), restore the seed rows."""
+def terminate_other_sessions(dsn: str) -> int:
+    """End every other session of the database (as a restart would).
+    @return: how many."""
     connection = psycopg2.connect(dsn, connect_timeout=10)
     try:
         connection.autocommit = True
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
                            " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            (count,) = cursor.fetchone()
+            return int(count)
+    finally:
+        connection.close()
+
+
+def empty_database(dsn: str) -> None:
+    """Make a database with the current schema as it was just after the
+    upgrade: end its other sessions, empty every table except schema_version
+    (identities restarted), restore the seed rows."""
+    terminate_other_sessions(dsn)
+    connection = psycopg2.connect(dsn, connect_timeout=10)
+    try:
+        connection.autocommit = True
+        with connection.cursor() as cursor:
             cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
                            " AND tablename <> 'schema_version'")
             tables = [sql.Identifier(name) for (name,) in cursor.fetchall()]

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg2
 import pytest
 import pytest_twisted
+from awaiting import failure_of
 from stub_client import lock_body, state_body
 
 from kilolock.errors import LockConflict, LockNotHeld, SerialConflict, ServiceUnavailable
@@ -55,13 +56,6 @@ async def store(postgres_dsn: str) -> AsyncIterator[Any]:
     yield built
     await built.stop()
 
-
-async def failure_of(pending: Any, kind: type[Exception]) -> Any:
-    try:
-        result = await pending
-    except kind as error:
-        return error
-    pytest.fail(f"expected {kind.__name__}, got {result!r}")
 
 
 @pytest.mark.postgres

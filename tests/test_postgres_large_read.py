@@ -19,6 +19,7 @@ import psycopg2
 import psycopg2.extensions
 import pytest
 import pytest_twisted
+from awaiting import failure_of
 from stub_client import state_body
 
 from kilolock.errors import ServiceUnavailable
@@ -70,13 +71,6 @@ async def store(postgres_dsn: str) -> AsyncIterator[Any]:
     yield built
     await built.stop()
 
-
-async def failure_of(pending: Any, kind: type[Exception]) -> Any:
-    try:
-        result = await pending
-    except kind as error:
-        return error
-    pytest.fail(f"expected {kind.__name__}, got {result!r}")
 
 
 def sleeping_reads(dsn: str) -> list[int]:

@@ -10,6 +10,7 @@ from typing import Any
 import psycopg2
 import pytest
 import pytest_twisted
+from fixtures_postgres import terminate_other_sessions
 from stub_client import lock_body, state_body
 
 from kilolock.model import DEFAULT_TENANT, LockInfo, Principal, StateKey
@@ -199,21 +200,6 @@ async def test_a_write_after_a_large_write_replaces_every_table(store: Any,
     again = prepare_upload(state_body(3, resources=small))
     await store.write_state(key, again, None, ALICE)
     assert await store.get_projection(key) == again.parsed.projection
-
-
-def terminate_other_sessions(dsn: str) -> int:
-    """End every other session of the database (as a restart would).
-    @return: how many."""
-    connection = psycopg2.connect(dsn, connect_timeout=10)
-    try:
-        connection.autocommit = True
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                           " WHERE datname = current_database() AND pid <> pg_backend_pid()")
-            (count,) = cursor.fetchone()
-            return int(count)
-    finally:
-        connection.close()
 
 
 async def cycle_statements(store: Any, monkeypatch: pytest.MonkeyPatch, serial: int,

@@ -23,6 +23,7 @@ import psutil
 import psycopg2
 import pytest
 import pytest_twisted
+from awaiting import failure_of
 from fixtures_postgres import embedded_postgres_in_temporary_directory
 from stub_client import lock_body, state_body
 from twisted.internet.defer import Deferred, DeferredList, gatherResults
@@ -89,14 +90,6 @@ def upload(raw: bytes) -> StateUpload:
 def lock(lock_id: str, who: str = "alice@laptop") -> LockInfo:
     return LockInfo.from_bytes(lock_body(lock_id, who=who))
 
-
-async def failure_of(pending: Deferred[Any], kind: type[Exception]) -> Any:
-    """Await C{pending}, which must fail with C{kind}; return the error."""
-    try:
-        result = await pending
-    except kind as error:
-        return error
-    pytest.fail(f"expected {kind.__name__}, got the result {result!r}")
 
 
 @pytest.fixture
