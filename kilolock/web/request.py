@@ -51,6 +51,15 @@ class KilolockChannel(HTTPChannel):
     _deadline: IDelayedCall | None = None
     _receiving = False
 
+    _host: Any = None
+
+    def getHost(self) -> Any:
+        """The connection's local address, asked of the socket once (every
+        request's constructor asks for it: a getsockname call each time)."""
+        if self._host is None:
+            self._host = super().getHost()
+        return self._host
+
     def connectionMade(self) -> None:
         super().connectionMade()
         connections = getattr(self.site, "connections", None)
