@@ -295,3 +295,16 @@ def test_a_prepared_statement_numbers_its_parameters_in_order() -> None:
     assert statement.prepare == "PREPARE kl_example AS SELECT $1, $2, $1, 'x' LIKE 'x%'"
     assert statement.execute_sql == "EXECUTE kl_example(%s, %s)"
     assert statement.arguments({"a": 1, "b": 2, "unused": 3}) == [2, 1]
+
+
+def test_every_prepared_statement_is_prepared_by_each_session() -> None:
+    """A PreparedSQL the store runs as EXECUTE must be in the batch every
+    session prepares (else EXECUTE fails: no such prepared statement)."""
+    from kilolock.store.postgres_prepared import PreparedSQL
+
+    statements = [value for value in vars(postgres_module).values()
+                  if isinstance(value, PreparedSQL)]
+    assert len(statements) == 7
+    assert len({statement.name for statement in statements}) == len(statements)
+    for statement in statements:
+        assert statement.prepare in postgres_module._PREPARE_STATEMENTS
