@@ -589,6 +589,12 @@ class Output:
     stderr: IO[str]
     as_json: bool = False
 
+    def json_if_asked(self, document: Any) -> bool:
+        """With C{--json}, print C{document} and say so (the command is done)."""
+        if self.as_json:
+            self.json(document)
+        return self.as_json
+
     def json(self, document: Any) -> None:
         self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
@@ -652,8 +658,7 @@ class Context:
 
 def cmd_states(ctx: Context, args: argparse.Namespace) -> int:
     document = ctx.native_json("/states", "listing states")
-    if ctx.out.as_json:
-        ctx.out.json(document)
+    if ctx.out.json_if_asked(document):
         return EXIT_OK
     rows = []
     for state in document["states"]:
@@ -680,8 +685,7 @@ def _none(value: Any) -> str:
 
 def cmd_state_show(ctx: Context, args: argparse.Namespace) -> int:
     document = ctx.native_json(f"/states/{state_path(args.name)}", f"state {args.name}")
-    if ctx.out.as_json:
-        ctx.out.json(document)
+    if ctx.out.json_if_asked(document):
         return EXIT_OK
     lock = document.get("lock")
     fields = [
@@ -712,8 +716,7 @@ def cmd_state_show(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_state_history(ctx: Context, args: argparse.Namespace) -> int:
     document = ctx.native_json(f"/states/{state_path(args.name)}/-/versions",
                                f"history of {args.name}")
-    if ctx.out.as_json:
-        ctx.out.json(document)
+    if ctx.out.json_if_asked(document):
         return EXIT_OK
     rows = []
     for version in document["versions"]:
@@ -734,8 +737,7 @@ def cmd_state_diff(ctx: Context, args: argparse.Namespace) -> int:
     query = {"from": args.old, "to": args.new}
     document = ctx.native_json(f"/states/{state_path(args.name)}/-/diff",
                                f"diff of {args.name}", query=query)
-    if ctx.out.as_json:
-        ctx.out.json(document)
+    if ctx.out.json_if_asked(document):
         return EXIT_OK
     old, new = document["from"], document["to"]
     ctx.out.line(f"{document['state']}: version {old['number']} (serial {old['serial']})"
@@ -933,8 +935,7 @@ def cmd_state_rollback(ctx: Context, args: argparse.Namespace) -> int:
                                f"rolling back {args.name}", method="POST", body=body,
                                query={"ID": args.lock_id} if args.lock_id else None,
                                headers={"Content-Type": "application/json"})
-    if ctx.out.as_json:
-        ctx.out.json(document)
+    if ctx.out.json_if_asked(document):
         return EXIT_OK
     version = document["version"]
     ctx.out.line(f"restored version {document['restoredFrom']} of {document['state']} as"
@@ -948,8 +949,7 @@ def cmd_state_rollback(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_lock_status(ctx: Context, args: argparse.Namespace) -> int:
     document = ctx.native_json(f"/states/{state_path(args.name)}/-/lock",
                                f"lock of {args.name}")
-    if ctx.out.as_json:
-        ctx.out.json(document)
+    if ctx.out.json_if_asked(document):
         return EXIT_OK
     lock = document.get("lock")
     if not lock:
@@ -992,8 +992,7 @@ def cmd_resources(ctx: Context, args: argparse.Namespace) -> int:
     query = {"type": args.type, "address": args.address, "module": args.module,
              "attribute": args.attribute, "state": args.state, "limit": args.limit}
     document = ctx.native_json("/resources", "searching resources", query=query)
-    if ctx.out.as_json:
-        ctx.out.json(document)
+    if ctx.out.json_if_asked(document):
         return EXIT_OK
     rows = [[r["state"], r["address"], r["type"], r["module"] or "(root)",
              _compact(r["attributes"].get(args.show), 40) if args.show else ""]
@@ -1012,8 +1011,7 @@ def cmd_resources(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_outputs(ctx: Context, args: argparse.Namespace) -> int:
     document = ctx.native_json(f"/states/{state_path(args.name)}/-/outputs",
                                f"outputs of {args.name}", query={"version": args.version})
-    if ctx.out.as_json:
-        ctx.out.json(document)
+    if ctx.out.json_if_asked(document):
         return EXIT_OK
     rows = [[o["name"], "(sensitive)" if o["sensitive"] else _compact(o["value"], 80)]
             for o in document["outputs"]]

@@ -174,31 +174,28 @@ class EncryptedState(Conflict):
 # -- hosted mode (control API) ------------------------------------------------
 
 
-class InvalidField(BadRequest):
-    """A field of a request body or query is missing or wrong; the JSON error
-    names it (C{"field": ...})."""
+class _AboutAField(KilolockError):
+    """An error about one field of a request: the JSON error names it
+    (C{"field": ...})."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+    def details(self) -> dict[str, str]:
+        return {"field": self.field}
+
+
+class InvalidField(_AboutAField, BadRequest):
+    """A field of a request body or query is missing or wrong."""
 
     code = "invalid_field"
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
 
-    def details(self) -> dict[str, str]:
-        return {"field": self.field}
-
-
-class AlreadyExists(Conflict):
+class AlreadyExists(_AboutAField, Conflict):
     """A tenant slug, workspace, environment or live token name is taken."""
 
     code = "already_exists"
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-    def details(self) -> dict[str, str]:
-        return {"field": self.field}
 
 
 class NotEmpty(Conflict):

@@ -417,14 +417,12 @@ def _project_resource(
             )
         )
         depends = instance.get("dependencies")
-        if depends:
+        if depends is not None:
             for depends_on in _dependencies(depends, at):
                 pair = (address, _clean(depends_on))
                 if pair not in seen:
                     seen.add(pair)
                     dependencies.append(DependencyRow(address=pair[0], depends_on=pair[1]))
-        elif depends is not None and depends != []:
-            _dependencies(depends, at)  # raises: not a list
 
 
 def _where(position: int, instance: int | None = None) -> str:

@@ -229,6 +229,12 @@ def http_request(port: int, method: str, path: str, body: bytes | None = None,
         http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=tls)
         if tls is not None
         else http.client.HTTPConnection("127.0.0.1", port, timeout=timeout))
+    return exchange(connection, method, path, body, headers)
+
+
+def exchange(connection: http.client.HTTPConnection, method: str, path: str,
+             body: bytes | None = None, headers: Mapping[str, str] | None = None) -> Reply:
+    """Send one request on C{connection}, read the whole answer, close it."""
     try:
         connection.request(method, path, body=body, headers=dict(headers or {}))
         response = connection.getresponse()

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from attrs import frozen
-from fixtures_server import KilolockServer, poll_until
+from fixtures_server import KilolockServer, exchange, poll_until
 from stub_client import Reply, StubClient, content_md5, terraform_headers
 from treq.testing import StubTreq
 
@@ -173,16 +173,7 @@ class HostedServer:
         import http.client
 
         connection = http.client.HTTPConnection("127.0.0.1", self.control_port, timeout=30)
-        try:
-            connection.request(method, path, body=body, headers=dict(headers or {}))
-            response = connection.getresponse()
-            content = response.read()
-            raw: dict[bytes, list[bytes]] = {}
-            for name, value in response.getheaders():
-                raw.setdefault(name.lower().encode(), []).append(value.encode())
-            return Reply(response.status, response.reason.encode(), raw, content)
-        finally:
-            connection.close()
+        return exchange(connection, method, path, body, headers)
 
 
 def hosted_env(**extra: str) -> dict[str, str]:

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from urllib.parse import quote, urlsplit
 
 import pytest
-from fixtures_server import ServerFactory
+from fixtures_server import ServerFactory, exchange
 from hosted_support import ControlClient, TenantAccess, start_hosted_server
 from stub_client import Reply, content_md5, lock_body, state_body
 
@@ -49,17 +49,7 @@ def _request(base_url: str, method: str, path: str, body: bytes | None = None,
     else:
         connection = http.client.HTTPConnection(parts.hostname or "", parts.port or 80,
                                                 timeout=30)
-    try:
-        connection.request(method, parts.path.rstrip("/") + path, body=body,
-                           headers=dict(headers or {}))
-        response = connection.getresponse()
-        content = response.read()
-        raw: dict[bytes, list[bytes]] = {}
-        for name, value in response.getheaders():
-            raw.setdefault(name.lower().encode(), []).append(value.encode())
-        return Reply(response.status, response.reason.encode(), raw, content)
-    finally:
-        connection.close()
+    return exchange(connection, method, parts.path.rstrip("/") + path, body, headers)
 
 
 class Target:

@@ -65,7 +65,6 @@ from kilolock.model import (
     Principal,
     Tenant,
     Workspace,
-    parse_created,
     rfc3339,
     utcnow,
 )
@@ -74,6 +73,7 @@ from kilolock.web.body import read_body
 from kilolock.web.health import HealthResource
 from kilolock.web.native import event_document, json_response, lock_document
 from kilolock.web.paths import validate_segment
+from kilolock.web.query import field_error, query_time, query_value, query_values
 from kilolock.web.request import client_address
 from kilolock.web.site import KilolockSite, _Branch
 
@@ -156,31 +156,11 @@ def broken_reason(events: list[AuditEvent], broken: AuditEvent) -> str:
 
 
 def _query(request: Request, name: str) -> str | None:
-    values = (request.args or {}).get(name.encode())
-    if not values:
-        return None
-    try:
-        return str(values[-1].decode("utf-8"))
-    except UnicodeDecodeError:
-        raise InvalidField(name, f"the query parameter {name} is not valid UTF-8") from None
-
-
-def _query_list(request: Request, name: str) -> list[str]:
-    """Every value of a repeatable parameter; commas separate values too."""
-    found: list[str] = []
-    for value in (request.args or {}).get(name.encode(), []):
-        found.extend(part for part in value.decode("utf-8", "replace").split(",") if part)
-    return found
+    return query_value(request, name, field_error)
 
 
 def _query_time(request: Request, name: str) -> datetime | None:
-    text = _query(request, name)
-    if not text:
-        return None
-    moment = parse_created(text)
-    if moment is None:
-        raise InvalidField(name, f"{name} must be an RFC 3339 time, e.g. 2026-01-02T03:04:05Z")
-    return moment
+    return query_time(request, name, field_error)
 
 
 def _query_flag(request: Request, name: str, meaning: str) -> bool:
@@ -442,7 +422,7 @@ class ControlAPI:
 
     async def list_events(self, request: Request, params: Params) -> Response:
         tenant = await self.tenant(params["tenant"])
-        kinds = _query_list(request, "kind") or None
+        kinds = query_values(request, "kind") or None
         events = await self.store.list_events(
             tenant.id, state_path=_query(request, "state") or None, kinds=kinds,
             since=_query_time(request, "since"), until=_query_time(request, "until"))

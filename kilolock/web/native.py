@@ -66,7 +66,6 @@ from kilolock.model import (
     StateKey,
     StateSummary,
     StateVersion,
-    parse_created,
     rfc3339,
     utcnow,
 )
@@ -80,6 +79,7 @@ from kilolock.web.paths import (
     parse_state_segments,
     validate_segment,
 )
+from kilolock.web.query import plain_error, query_time, query_value, query_values
 from kilolock.web.request import client_address, site_metrics
 from kilolock.web.states import ErrorResource, StateLane
 
@@ -233,21 +233,7 @@ def locked_response(error: LockConflict, request: Request) -> Response:
 
 
 def _arg(request: Request, name: str) -> str | None:
-    values = (request.args or {}).get(name.encode())
-    if not values:
-        return None
-    try:
-        return str(values[-1].decode("utf-8"))
-    except UnicodeDecodeError:
-        raise BadRequest(f"the query parameter {name} is not valid UTF-8") from None
-
-
-def _args(request: Request, name: str) -> list[str]:
-    """Every value of a repeatable parameter, commas also separating values."""
-    found: list[str] = []
-    for value in (request.args or {}).get(name.encode(), []):
-        found.extend(part for part in value.decode("utf-8", "replace").split(",") if part)
-    return found
+    return query_value(request, name, plain_error)
 
 
 def _number_arg(request: Request, name: str, minimum: int = 1,
@@ -263,13 +249,7 @@ def _number_arg(request: Request, name: str, minimum: int = 1,
 
 
 def _time_arg(request: Request, name: str) -> datetime | None:
-    text = _arg(request, name)
-    if not text:
-        return None
-    moment = parse_created(text)
-    if moment is None:
-        raise BadRequest(f"{name} must be an RFC 3339 time, e.g. 2026-01-02T03:04:05Z")
-    return moment
+    return query_time(request, name, plain_error)
 
 
 def _resource_query(request: Request, **scope: Any) -> ResourceQuery:
@@ -334,7 +314,7 @@ class NativeResource(AsyncResource):
 
     async def events(self, request: Request, principal: Principal,
                      state_path: str | None) -> Response:
-        kinds = _args(request, "kind") or None
+        kinds = query_values(request, "kind") or None
         found = await self.lane.store.list_events(
             principal.tenant, state_path=state_path, kinds=kinds,
             since=_time_arg(request, "since"), until=_time_arg(request, "until"))
