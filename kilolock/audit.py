@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from attrs import evolve
+from attrs import evolve, frozen
 
 from kilolock.model import AuditEvent, LockInfo, Principal, rfc3339
 
@@ -67,19 +67,69 @@ def _canonical(event: AuditEvent) -> str:
     )
 
 
-def first_broken_link(events: Iterable[AuditEvent]) -> AuditEvent | None:
-    """Walk a tenant's events in C{seq} order; return the first whose link or
-    hash does not verify, or None when the whole chain holds."""
-    previous = GENESIS
-    expected_seq = 1
+#: The ways a chain can break, as L{ChainBreak.problem} names them.
+MISSING = "missing"
+NOT_GENESIS = "not_genesis"
+UNLINKED = "unlinked"
+ALTERED = "altered"
+
+
+@frozen
+class ChainBreak:
+    """Where and why a chain of audit events stops verifying.
+
+    C{event} is the first event that does not verify; C{expected_seq} is the
+    seq that should have stood there (it differs from C{event.seq} when
+    events are missing before it)."""
+
+    event: AuditEvent
+    problem: str
+    expected_seq: int
+
+    @property
+    def seq(self) -> int:
+        return self.event.seq
+
+    def reason(self) -> str:
+        """The break in a sentence (names seqs and hashes, never content)."""
+        if self.problem == MISSING:
+            return f"expected event seq {self.expected_seq} here, found seq {self.event.seq}"
+        if self.problem == NOT_GENESIS:
+            return "the first event does not start from the genesis hash"
+        if self.problem == UNLINKED:
+            return "its prev_hash is not the hash of the event before it"
+        return "its contents do not match its hash (the event was altered)"
+
+
+def verify_chain(events: Iterable[AuditEvent], *, complete: bool = True) -> ChainBreak | None:
+    """Walk events in C{seq} order and return the first break, or None when
+    every event verifies.
+
+    C{complete}: the events are a tenant's whole chain, so the first must
+    start from L{GENESIS} with seq 1 and no seq may be missing.  Otherwise
+    (a filtered selection) each event's own hash is checked, and its link
+    wherever its predecessor is in the selection too."""
+    previous: AuditEvent | None = None
     for event in events:
-        if event.seq != expected_seq or event.prev_hash != previous:
-            return event
+        expected = 1 if previous is None else previous.seq + 1
+        follows = previous is not None and event.seq == expected
+        if complete and event.seq != expected:
+            return ChainBreak(event, MISSING, expected)
+        if complete and previous is None and event.prev_hash != GENESIS:
+            return ChainBreak(event, NOT_GENESIS, expected)
+        if follows and previous is not None and event.prev_hash != previous.hash:
+            return ChainBreak(event, UNLINKED, expected)
         if event_hash(event) != event.hash:
-            return event
-        previous = event.hash
-        expected_seq += 1
+            return ChainBreak(event, ALTERED, event.seq)
+        previous = event
     return None
+
+
+def first_broken_link(events: Iterable[AuditEvent]) -> AuditEvent | None:
+    """The first event of a tenant's whole chain that does not verify, or
+    None when the chain holds (L{verify_chain} says why)."""
+    broken = verify_chain(events)
+    return None if broken is None else broken.event
 
 
 # -- what each state-lane event records (the same in every store) ---------------

@@ -43,7 +43,7 @@ from urllib.parse import quote, urlencode, urlsplit
 from attrs import define, field, frozen
 
 import kilolock
-from kilolock.audit import GENESIS, event_hash
+from kilolock.audit import MISSING, NOT_GENESIS, UNLINKED, verify_chain
 from kilolock.errors import KilolockError
 from kilolock.model import AuditEvent, parse_created, rfc3339
 from kilolock.statediff import restore_body
@@ -1134,28 +1134,27 @@ def cmd_events_verify(ctx: Context, args: argparse.Namespace) -> int:
 def check_chain(events: list[dict[str, Any]], complete: bool) -> str | None:
     """Recompute every event's hash and each link to its predecessor (all links
     from genesis when C{complete}); None when everything holds, else what broke."""
-    previous: dict[str, Any] | None = None
+    chain: list[AuditEvent] = []
     for document in events:
         at = parse_created(document.get("at") or "")
         if at is None:
             return f"event #{document.get('seq')} has no readable time"
-        event = AuditEvent(seq=document["seq"], tenant=document.get("tenant", ""),
-                           kind=document["kind"],
-                           state_path=document.get("state"), principal=document["principal"],
-                           at=at, lock_id=document.get("lockId"), serial=document.get("serial"),
-                           sha256=document.get("sha256"), detail=document.get("detailText", ""),
-                           prev_hash=document.get("prevHash", ""))
-        if complete and previous is None and (event.seq != 1 or event.prev_hash != GENESIS):
-            return f"the chain does not start at genesis (first event #{event.seq})"
-        if previous is not None and event.seq == previous["seq"] + 1 \
-                and event.prev_hash != previous["hash"]:
-            return f"event #{event.seq} does not link to event #{previous['seq']}"
-        if complete and previous is not None and event.seq != previous["seq"] + 1:
-            return f"event #{previous['seq'] + 1} is missing"
-        if event_hash(event) != document.get("hash"):
-            return f"event #{event.seq} does not match its hash"
-        previous = document
-    return None
+        chain.append(AuditEvent(
+            seq=document["seq"], tenant=document.get("tenant", ""), kind=document["kind"],
+            state_path=document.get("state"), principal=document["principal"], at=at,
+            lock_id=document.get("lockId"), serial=document.get("serial"),
+            sha256=document.get("sha256"), detail=document.get("detailText", ""),
+            prev_hash=document.get("prevHash", ""), hash=document.get("hash", "")))
+    broken = verify_chain(chain, complete=complete)
+    if broken is None:
+        return None
+    if broken.expected_seq == 1 and broken.problem in (MISSING, NOT_GENESIS):
+        return f"the chain does not start at genesis (first event #{broken.seq})"
+    if broken.problem == MISSING:
+        return f"event #{broken.expected_seq} is missing"
+    if broken.problem == UNLINKED:
+        return f"event #{broken.seq} does not link to event #{broken.seq - 1}"
+    return f"event #{broken.seq} does not match its hash"
 
 
 # -- the control API -------------------------------------------------------------------

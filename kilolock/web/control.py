@@ -45,7 +45,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from kilolock import hosted
-from kilolock.audit import event_hash, first_broken_link
+from kilolock.audit import verify_chain
 from kilolock.errors import (
     ControlUnauthorized,
     EnvironmentNotFound,
@@ -60,7 +60,6 @@ from kilolock.errors import (
 from kilolock.model import (
     DEFAULT_TENANT,
     ApiToken,
-    AuditEvent,
     Environment,
     Principal,
     Tenant,
@@ -135,21 +134,6 @@ def token_document(token: ApiToken) -> dict[str, Any]:
         "revoked_at": _time(token.revoked_at),
         "active": token.revoked_at is None,
     }
-
-
-def broken_reason(events: list[AuditEvent], broken: AuditEvent) -> str:
-    """Why the chain breaks at C{broken}: a missing or extra event, a link
-    to another previous hash, or contents that no longer match the hash."""
-    index = events.index(broken)
-    if broken.seq != index + 1:
-        return f"expected event seq {index + 1} here, found seq {broken.seq}"
-    if index and broken.prev_hash != events[index - 1].hash:
-        return "its prev_hash is not the hash of the event before it"
-    if not index and broken.prev_hash != "0" * 64:
-        return "the first event does not start from the genesis hash"
-    if event_hash(broken) != broken.hash:
-        return "its contents do not match its hash (the event was altered)"
-    return "the chain breaks here"
 
 
 # -- requests ------------------------------------------------------------------------
@@ -432,7 +416,7 @@ class ControlAPI:
     async def verify_events(self, request: Request, params: Params) -> Response:
         tenant = await self.tenant(params["tenant"])
         events = await self.store.list_events(tenant.id)
-        broken = first_broken_link(events)
+        broken = verify_chain(events)
         document: dict[str, Any] = {
             "ok": broken is None,
             "tenant": tenant.id,
@@ -441,9 +425,9 @@ class ControlAPI:
             "head_hash": events[-1].hash if events else None,
         }
         if broken is not None:
-            document["first_broken"] = {"seq": broken.seq, "kind": broken.kind,
-                                        "at": rfc3339(broken.at),
-                                        "reason": broken_reason(events, broken)}
+            document["first_broken"] = {"seq": broken.seq, "kind": broken.event.kind,
+                                        "at": rfc3339(broken.event.at),
+                                        "reason": broken.reason()}
         return json_response(document)
 
 

@@ -41,7 +41,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.audit import first_broken_link
+from kilolock.audit import verify_chain
 from kilolock.conditions import state_conditions, state_ready
 from kilolock.errors import (
     BadRequest,
@@ -622,7 +622,7 @@ class EventVerifyResource(NativeResource):
     async def do_GET(self, request: Request) -> Response:
         principal = await self.principal(request)
         events = await self.lane.store.list_events(principal.tenant)
-        broken = first_broken_link(events)
+        broken = verify_chain(events)
         return json_response({
             "verified": broken is None,
             "events": len(events),
