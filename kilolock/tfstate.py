@@ -38,12 +38,18 @@ from kilolock.tfstate_json import clean_text, is_json_integer, json_kind
 from kilolock.tfstate_projection import StreamedResources, project_state
 from kilolock.tfstate_redaction import REDACTED
 
-__all__ = ["PIECEWISE_THRESHOLD", "REDACTED", "parse_state", "project_state"]
+__all__ = ["PIECEWISE_THRESHOLD", "REDACTED", "is_envelope", "parse_state", "project_state"]
 
 SUPPORTED_VERSION = 4
 MAX_SERIAL = 2**63 - 1  # what a signed 64-bit database column holds
 
 _ENVELOPE_KEYS = ("encrypted_data", "encryption_version")
+
+
+def is_envelope(doc: dict[str, Any]) -> bool:
+    """Whether a decoded body is an OpenTofu encrypted envelope (it has an
+    C{encrypted_data} or C{encryption_version} key)."""
+    return any(key in doc for key in _ENVELOPE_KEYS)
 
 
 # ---------------------------------------------------------------------------
@@ -59,7 +65,7 @@ def parse_state(raw: bytes) -> ParsedState:
     doc = _load(raw, streamed)
     if not isinstance(doc, dict):
         raise InvalidState(f"the body must be a JSON object, not {json_kind(doc)}")
-    if any(key in doc for key in _ENVELOPE_KEYS):
+    if is_envelope(doc):
         return _parse_envelope(doc)
     _check_version(doc)
     serial, lineage = _serial_and_lineage(doc, "state")
@@ -183,7 +189,7 @@ def _streams_resources(doc: dict[str, Any]) -> bool:
     """Whether the document decoded so far is a v4 state, not an envelope."""
     version = doc.get("version")
     return (is_json_integer(version) and version == SUPPORTED_VERSION
-            and not any(key in doc for key in _ENVELOPE_KEYS))
+            and not is_envelope(doc))
 
 
 def _decode_array(text: str, position: int) -> tuple[list[Any], int]:
