@@ -10,7 +10,7 @@ Two ways to serve it:
   for end-to-end tests (Terraform with C{TF_HTTP_PASSWORD=<token>}).
 
 Knobs: C{available} (503 when False), C{hang} (never answer), C{max_age}
-(the JWKS's C{Cache-Control}), C{rotate()} (a new key and kid), and request
+or C{cache_control} (the JWKS's C{Cache-Control}), C{rotate()} (a new key and kid), and request
 counters per document.
 """
 
@@ -183,7 +183,9 @@ class _Document(Resource):
             request.setResponseCode(503)
             return b"down"
         request.setHeader(b"content-type", b"application/json")
-        if self.name == "jwks" and issuer.max_age is not None:
+        if self.name == "jwks" and issuer.cache_control is not None:
+            request.setHeader(b"cache-control", issuer.cache_control.encode())
+        elif self.name == "jwks" and issuer.max_age is not None:
             request.setHeader(b"cache-control", f"public, max-age={issuer.max_age}".encode())
         document = issuer.discovery() if self.name == "discovery" else issuer.jwks()
         return json.dumps(document).encode()
@@ -201,6 +203,8 @@ class LocalIssuer:
         self.hang = False
         self.hanging: list[Any] = []
         self.max_age: int | None = None
+        #: A Cache-Control value sent verbatim with the JWKS (overrides max_age).
+        self.cache_control: str | None = None
         self.requests = {"discovery": 0, "jwks": 0}
         self._serial = 0
         self.rsa_kid = self.add_key("RSA")
