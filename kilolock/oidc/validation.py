@@ -292,8 +292,9 @@ def _grant(problems: _Problems, where: str, table: object,
     else:
         states = _patterns(problems, f"{where}.states", reader.table["states"])
         for state in states or ():
-            if not state or (problem := _template_problem(state, conditioned, False)):
-                problems.add(f"{where}.states", f"{state!r} " + (problem or "is empty"))
+            problem = _template_problem(state, conditioned, False) if state else "is empty"
+            if problem is not None:
+                problems.add(f"{where}.states", f"{state!r} {problem}")
                 states = None
     scopes = {}
     for key in ("workspace", "environment"):
@@ -307,12 +308,13 @@ def _grant(problems: _Problems, where: str, table: object,
     return Grant(access=access, states=states, **scopes)
 
 
-def _rule(problems: _Problems, where: str, table: object,
-          issuers: Mapping[str, TrustedIssuer]) -> Rule | None:
+def _rule(problems: _Problems, where: str, table: object, issuers: list[str]) -> Rule | None:
+    given = table.get("name") if isinstance(table, Mapping) else None
+    if isinstance(given, str) and NAME.fullmatch(given):
+        where = f"{where} {given!r}"
     reader = _Reader(problems, where, table, RULE_KEYS)
     name = reader.checked("name", lambda v: None if NAME.fullmatch(v) else
                           "must be lower-case letters, digits, _ . - (at most 63)", required=True)
-    where = f"{where} {name!r}" if name else where
     issuer = reader.text("issuer", required=True)
     if issuer is not None and issuer not in issuers:
         problems.add(f"{where}.issuer", f"names no issuer (known: {', '.join(issuers) or 'none'})")
@@ -361,15 +363,18 @@ def validate_policy(document: object, *, allow_local_files: bool = False) -> Oid
     version = top.table.get("version", 1)
     if version != 1 or isinstance(version, bool):
         problems.add("policy.version", "must be 1")
-    issuers = [issuer for index, table in enumerate(
-        _list(problems, "issuers", top.table.get("issuers"), MAX_ISSUERS))
-        if (issuer := _issuer(problems, f"issuers[{index}]", table, allow_local_files))]
+    tables = _list(problems, "issuers", top.table.get("issuers"), MAX_ISSUERS)
+    issuers = [issuer for index, table in enumerate(tables)
+               if (issuer := _issuer(problems, f"issuers[{index}]", table, allow_local_files))]
     _unique(problems, "issuers", issuers, lambda issuer: issuer.name, "name")
     _unique(problems, "issuers", issuers, lambda issuer: issuer.url, "url")
-    by_name = {issuer.name: issuer for issuer in issuers}
+    # Rules may name an issuer whose entry has problems of its own: those
+    # are reported once, at the issuer.
+    declared = [table["name"] for table in tables
+                if isinstance(table, Mapping) and isinstance(table.get("name"), str)]
     rules = [rule for index, table in enumerate(
         _list(problems, "rules", top.table.get("rules"), MAX_RULES))
-        if (rule := _rule(problems, f"rules[{index}]", table, by_name))]
+        if (rule := _rule(problems, f"rules[{index}]", table, declared))]
     _unique(problems, "rules", rules, lambda rule: rule.name, "name")
     if problems.found:
         raise PolicyError(problems.found)
