@@ -282,10 +282,15 @@ class LocalIssuer:
 
     # -- serving on loopback --------------------------------------------------
 
-    def listen(self, reactor: Any) -> IListeningPort:
-        """Serve on 127.0.0.1 with a random port; the URL follows the port."""
-        self.port = reactor.listenTCP(0, Site(self.resource), interface="127.0.0.1")
-        self.url = f"http://127.0.0.1:{self.port.getHost().port}"
+    def listen(self, reactor: Any, tls: Any = None) -> IListeningPort:
+        """Serve on 127.0.0.1 with a random port, over TLS with the context
+        factory C{tls} if given; the URL follows the port."""
+        if tls is None:
+            self.port = reactor.listenTCP(0, Site(self.resource), interface="127.0.0.1")
+        else:
+            self.port = reactor.listenSSL(0, Site(self.resource), tls, interface="127.0.0.1")
+        scheme = "http" if tls is None else "https"
+        self.url = f"{scheme}://127.0.0.1:{self.port.getHost().port}"
         return self.port
 
 
