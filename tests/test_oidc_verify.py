@@ -177,7 +177,7 @@ def test_another_tenants_issuer_is_not_trusted() -> None:
     other = LocalIssuer(url="http://127.0.0.1:8901")
     token = other.mint(github_claims(other.url))
     refusal = refused(harness.decide(token), Reason.WRONG_ISSUER)
-    assert refusal.status == 401
+    assert refusal.status == 401 and refusal.issuer is None
     assert other.requests == {"discovery": 0, "jwks": 0}
 
 
@@ -275,6 +275,7 @@ def test_tampered_payload(harness: Harness) -> None:
         b"=").decode(), signature))
     refusal = refused(harness.decide(forged), Reason.BAD_SIGNATURE)
     assert refusal.audit == {}
+    assert refusal.issuer == harness.issuer.url
 
 
 @pytest.mark.parametrize("claim", ["sub", "aud", "exp", "iat"])

@@ -172,7 +172,7 @@ async def _evaluate(verifier: TokenVerifier, token: bytes | str, policy: OidcPol
     try:
         verified = await verifier.verify(token, policy, expiry_grace=expiry_grace)
     except TokenRefused as refused:
-        return Refusal(reason=refused.reason, detail=refused.detail)
+        return Refusal(reason=refused.reason, detail=refused.detail, issuer=refused.issuer)
     return decide(verified, policy)
 
 

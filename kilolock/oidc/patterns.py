@@ -98,14 +98,15 @@ def render(template: str, values: Mapping[str, str]) -> str:
     @param values: claim values as text (see
         L{kilolock.oidc.claims.claim_text}).
     @raise TemplateError: a placeholder's claim is missing, or its value is
-        not a safe segment (L{SAFE_VALUE}, and not C{.} or C{..})."""
+        not a safe segment (L{SAFE_VALUE}: so never C{/}, a wildcard, C{.}
+        or C{..})."""
 
     def substitute(match: re.Match[str]) -> str:
         name = match.group(1)
         value = values.get(name)
         if value is None:
             raise TemplateError(name, "is missing from the token")
-        if not SAFE_VALUE.fullmatch(value) or value in (".", ".."):
+        if not SAFE_VALUE.fullmatch(value):
             raise TemplateError(name, "is not a safe name (letters, digits, _ . -)")
         return value
 

@@ -64,9 +64,11 @@ class TokenRefused(Exception):
     @ivar reason: the L{Reason}.
     @ivar detail: a short explanation that is safe to log (never the token,
         never an unverified claim value).
+    @ivar issuer: the URL of the trusted issuer the token named, once known.
     """
 
-    def __init__(self, reason: Reason, detail: str = "") -> None:
+    def __init__(self, reason: Reason, detail: str = "", issuer: str | None = None) -> None:
         super().__init__(f"{reason.value}: {detail}" if detail else reason.value)
         self.reason = reason
         self.detail = detail
+        self.issuer = issuer

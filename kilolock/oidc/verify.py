@@ -149,11 +149,18 @@ class TokenVerifier:
         issuer = policy.issuer_for(iss)
         if issuer is None:
             raise TokenRefused(Reason.WRONG_ISSUER, "the issuer is not trusted by this tenant")
+        try:
+            return await self._verify_from(issuer, token, header, grace)
+        except TokenRefused as refused:
+            refused.issuer = issuer.url
+            raise
+
+    async def _verify_from(self, issuer: TrustedIssuer, token: bytes, header: dict[str, Any],
+                           grace: float) -> VerifiedToken:
         algorithm = header.get("alg")
-        if algorithm not in ALLOWED_ALGORITHMS:
+        if not isinstance(algorithm, str) or algorithm not in ALLOWED_ALGORITHMS:
             raise TokenRefused(Reason.ALGORITHM_NOT_ALLOWED,
                                f"alg must be one of {', '.join(ALLOWED_ALGORITHMS)}")
-        assert isinstance(algorithm, str)
         kid = header.get("kid")
         if kid is not None and not isinstance(kid, str):
             raise TokenRefused(Reason.MALFORMED, "kid is not a string")
