@@ -65,11 +65,6 @@ class Grant:
     workspace: str | None = None
     environment: str | None = None
 
-    def templates(self) -> tuple[str, ...]:
-        found = [*self.states]
-        found += [each for each in (self.workspace, self.environment) if each is not None]
-        return tuple(found)
-
     def to_document(self) -> dict[str, Any]:
         document: dict[str, Any] = {"access": self.access.value, "states": list(self.states)}
         if self.workspace is not None:
@@ -123,10 +118,6 @@ class TrustedIssuer:
     @property
     def discovery_url(self) -> str:
         return self.url.rstrip("/") + "/.well-known/openid-configuration"
-
-    @property
-    def local_keys(self) -> bool:
-        return self.jwks is not None or self.jwks_file is not None
 
     def to_document(self) -> dict[str, Any]:
         document: dict[str, Any] = {"name": self.name, "url": self.url,
