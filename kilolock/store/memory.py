@@ -136,17 +136,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
                 None if current is None else current.meta)
             if isinstance(decision, Replay):
                 return WriteOutcome(version=decision.version, created=False)
-            number = decision.number
-            meta = StateVersion(
-                number=number,
-                serial=upload.parsed.serial,
-                lineage=upload.parsed.lineage,
-                sha256=upload.sha256,
-                size=len(upload.raw),
-                created_at=now,
-                principal=principal.name,
-                projected=upload.parsed.projection is not None,
-            )
+            meta = StateVersion.of_upload(upload, decision.number, now, principal.name)
             if current is not None:
                 # Only the current version's projection is ever read: drop
                 # the older one (thousands of row objects per state would
@@ -157,7 +147,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
             state.updated_at = now
             self._append_event(key.tenant, event_kind, principal.name, key.path, now,
                                lock_id=lock_id, serial=meta.serial, sha256=meta.sha256,
-                               detail={**write_detail(number, meta.size, principal),
+                               detail={**write_detail(meta.number, meta.size, principal),
                                        **(event_detail or {})})
             return WriteOutcome(version=meta, created=True)
 

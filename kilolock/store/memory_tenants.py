@@ -23,7 +23,6 @@ from kilolock.errors import (
     AlreadyExists,
     EnvironmentNotFound,
     InvalidField,
-    NotEmpty,
     TenantNotFound,
     TokenNotFound,
     Unauthorized,
@@ -126,13 +125,9 @@ class MemoryTenants:
             found = self._live(tenant)
             keys = sorted((key for key in self._states if key.tenant == found.id),
                           key=lambda key: key.path)
-            if keys and not delete_states:
-                raise NotEmpty(f"the tenant has {len(keys)} state(s); delete them first, or"
-                               " delete the tenant with ?states=delete")
-            locked = [key.path for key in keys if self._states[key].lock is not None]
-            if locked:
-                raise NotEmpty(f"{len(locked)} state(s) of the tenant are locked (e.g."
-                               f" {locked[0]}); unlock them first")
+            hosted.check_tenant_deletable(
+                len(keys), [key.path for key in keys if self._states[key].lock is not None],
+                delete_states)
             now = self.clock()
             for key in keys:
                 state = self._states.pop(key)
@@ -185,8 +180,7 @@ class MemoryTenants:
     def delete_workspace(self, tenant: str, workspace: str,
                          actor: Principal) -> Deferred[Workspace]:
         def delete() -> Workspace:
-            found = self._live(tenant)
-            target = self._workspace(found.id, workspace)
+            found, target = self._live_workspace(tenant, workspace)
             self._refuse_states_under(found.id, target.id + "/", "workspace")
             now = self.clock()
             revoked = self._revoke_where(lambda token: token.workspace_id == target.id, now)
@@ -207,8 +201,7 @@ class MemoryTenants:
     def create_environment(self, tenant: str, workspace: str, name: str,
                            actor: Principal) -> Deferred[Environment]:
         def create() -> Environment:
-            found = self._live(tenant)
-            parent = self._workspace(found.id, workspace)
+            found, parent = self._live_workspace(tenant, workspace)
             hosted.check_name(name, "name")
             if any(e.workspace_id == parent.id and e.name == name
                    for e in self._environments.values()):
@@ -239,8 +232,7 @@ class MemoryTenants:
     def delete_environment(self, tenant: str, workspace: str, environment: str,
                            actor: Principal) -> Deferred[Environment]:
         def delete() -> Environment:
-            found = self._live(tenant)
-            parent = self._workspace(found.id, workspace)
+            found, parent = self._live_workspace(tenant, workspace)
             target = self._environment(parent, environment)
             self._refuse_states_under(found.id, f"{parent.id}/{target.id}/", "environment")
             now = self.clock()
@@ -367,6 +359,11 @@ class MemoryTenants:
             raise TenantNotFound("no such tenant")
         return found
 
+    def _live_workspace(self, tenant: str, workspace: str) -> tuple[Tenant, Workspace]:
+        """A live tenant and one of its workspaces."""
+        found = self._live(tenant)
+        return found, self._workspace(found.id, workspace)
+
     def _workspace(self, tenant_id: str, workspace: str) -> Workspace:
         for candidate in self._workspaces.values():
             if candidate.tenant_id == tenant_id and workspace in (candidate.id, candidate.name):
@@ -381,10 +378,8 @@ class MemoryTenants:
         raise EnvironmentNotFound("the workspace has no such environment")
 
     def _refuse_states_under(self, tenant_id: str, prefix: str, what: str) -> None:
-        count = sum(1 for key in self._states
-                    if key.tenant == tenant_id and key.path.startswith(prefix))
-        if count:
-            raise NotEmpty(f"the {what} has {count} state(s); delete them first")
+        hosted.check_no_states_under(what, sum(
+            1 for key in self._states if key.tenant == tenant_id and key.path.startswith(prefix)))
 
     def _revoke_where(self, revoke: Callable[[ApiToken], bool],
                       now: datetime) -> tuple[str, ...]:

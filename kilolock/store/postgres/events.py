@@ -89,20 +89,9 @@ class PostgresEvents:
                     until: datetime | None = None) -> Deferred[list[AuditEvent]]:
         """@return: a Deferred firing with the tenant's events in chain order,
         filtered by state path, kinds and the time range [since, until)."""
-        conditions = ["tenant_id = %(tenant)s"]
-        if state_path is not None:
-            conditions.append("state_path = %(path)s")
-        if kinds is not None:
-            kinds = list(kinds)
-            conditions.append("kind = ANY(%(kinds)s::text[])")
-        if since is not None:
-            conditions.append("at >= %(since)s")
-        if until is not None:
-            conditions.append("at < %(until)s")
-        # Only constant fragments are joined; every value is a parameter.
-        query = (statements.SELECT_EVENTS + " WHERE " + " AND ".join(conditions)
-                 + statements.EVENTS_ORDER)
-        params = {"tenant": tenant, "path": state_path, "kinds": kinds,
+        wanted = None if kinds is None else list(kinds)
+        query = statements.select_events(state_path, wanted, since, until)
+        params = {"tenant": tenant, "path": state_path, "kinds": wanted,
                   "since": since, "until": until}
 
         async def select(cursor: Any) -> list[AuditEvent]:

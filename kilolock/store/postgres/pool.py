@@ -84,4 +84,3 @@ class ResilientPool(ConnectionPool):  # type: ignore[misc]
         for connection in self.every_connection:
             connection.detector.retire()
             connection.close()
-

@@ -22,7 +22,7 @@ from kilolock.model import (
     StateSummary,
     StateVersion,
 )
-from kilolock.resource_query import attribute_steps, check_query, like_pattern
+from kilolock.resource_query import check_query
 from kilolock.store.postgres import large, rows, statements
 from kilolock.store.postgres.codecs import bytes_from_hex
 from kilolock.store.postgres.runner import TransactionRunner
@@ -170,32 +170,8 @@ class PostgresReads:
         @return: a Deferred firing with a list of L{ResourceMatch}; failing
             with L{kilolock.errors.BadRequest} for an unusable query.
         """
-        conditions = ["s.tenant_id = %(tenant)s"]
-        params: dict[str, Any] = {"tenant": tenant, "limit": query.limit}
-        if query.type is not None:
-            conditions.append("r.type = %(type)s")
-            params["type"] = query.type
-        if query.module is not None:
-            conditions.append("r.module = %(module)s")
-            params["module"] = query.module
-        if query.address is not None:
-            conditions.append("r.address LIKE %(address)s ESCAPE '\\'")
-            params["address"] = like_pattern(query.address)
-        if query.state_path is not None:
-            conditions.append("s.path = %(state)s")
-            params["state"] = query.state_path
-        if query.path_prefix is not None:
-            conditions.append("starts_with(s.path, %(prefix)s)")
-            params["prefix"] = query.path_prefix
-        if query.attribute is not None:
-            conditions.append(
-                "jsonb_typeof(r.attributes #> %(steps)s::text[]) IN ('string', 'number', 'boolean')"
-                " AND r.attributes #>> %(steps)s::text[] = %(value)s")
-            params["steps"] = attribute_steps(query.attribute[0])
-            params["value"] = query.attribute[1]
-        # Only constant fragments are joined; every value is a parameter.
-        statement = (statements.SELECT_MATCHES + " WHERE " + " AND ".join(conditions)
-                     + statements.MATCHES_ORDER)
+        statement, params = statements.select_matches(query)
+        params["tenant"] = tenant
 
         async def select(cursor: Any) -> Any:
             await cursor.execute(statement, params)

@@ -28,6 +28,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import psycopg2
+from attrs import frozen
 from psycopg2.extensions import TransactionRollbackError
 from twisted.internet.defer import Deferred, DeferredLock, FirstError, ensureDeferred
 from twisted.internet.task import deferLater
@@ -51,7 +52,7 @@ from kilolock.store.schema import (
     schema_version,
 )
 
-__all__ = ["TransactionRunner"]
+__all__ = ["RunnerSettings", "TransactionRunner"]
 
 log = Logger()
 
@@ -77,6 +78,24 @@ _REFUSAL_PAUSE = 0.05
 Transaction = Callable[..., Coroutine[Any, Any, T]]
 
 
+@frozen
+class RunnerSettings:
+    """How a runner connects, and how long it waits."""
+
+    pool_size: int = DEFAULT_POOL_SIZE
+    connect_timeout: float = CONNECT_TIMEOUT
+    statement_timeout: float = STATEMENT_TIMEOUT
+    operation_timeout: float = OPERATION_TIMEOUT
+    #: The C{PREPARE} statements every session runs once the schema is
+    #: current (None: none).
+    prepare_sql: str | None = None
+
+    def connection_string(self, database_url: str) -> str:
+        """C{database_url} with Kilolock's session settings and these timeouts."""
+        return connection_string(database_url, statement_timeout=self.statement_timeout,
+                                 connect_timeout=self.connect_timeout)
+
+
 class TransactionRunner:
     """Runs a store's transactions on its pool, or on the blocking path.
 
@@ -89,29 +108,15 @@ class TransactionRunner:
         None for a database of its own.
     """
 
-    def __init__(self, database_url: str | None, reactor: Any, *,
-                 embedded: EmbeddedPostgres | None = None,
-                 pool_size: int = DEFAULT_POOL_SIZE,
-                 connect_timeout: float = CONNECT_TIMEOUT,
-                 statement_timeout: float = STATEMENT_TIMEOUT,
-                 operation_timeout: float = OPERATION_TIMEOUT,
-                 prepare_sql: str | None = None) -> None:
-        """
-        @param prepare_sql: the C{PREPARE} statements every session runs
-            once the schema is current (None: none).
-        """
+    def __init__(self, database_url: str | None, reactor: Any,
+                 settings: RunnerSettings = RunnerSettings(), *,
+                 embedded: EmbeddedPostgres | None = None) -> None:
         if database_url is None and embedded is None:
             raise ValueError("a database URL or an embedded PostgreSQL is needed")
         self._reactor = reactor
+        self._settings = settings
         self.embedded = embedded
-        self._pool_size = pool_size
-        self._connect_timeout = connect_timeout
-        self._statement_timeout = statement_timeout
-        self._operation_timeout = operation_timeout
-        self._prepare_sql = prepare_sql
-        self._dsn = (None if database_url is None else
-                     connection_string(database_url, statement_timeout=statement_timeout,
-                                       connect_timeout=connect_timeout))
+        self._dsn = None if database_url is None else settings.connection_string(database_url)
         self._pool: ResilientPool | None = None
         self._pool_lock = DeferredLock()
         self._pool_attempts = 0
@@ -224,10 +229,10 @@ class TransactionRunner:
                           kind=type(error).__name__,
                           reason=(str(error).strip().splitlines() or [""])[0])
                 raise ServiceUnavailable(retry_after=RETRY_AFTER) from None
-            self._dsn = connection_string(dsn, statement_timeout=self._statement_timeout,
-                                          connect_timeout=self._connect_timeout)
+            self._dsn = self._settings.connection_string(dsn)
         assert self._dsn is not None
-        pool = ResilientPool(self._reactor, self._dsn, self._pool_size, self._connect_timeout)
+        pool = ResilientPool(self._reactor, self._dsn, self._settings.pool_size,
+                             self._settings.connect_timeout)
         try:
             try:
                 await pool.start()
@@ -237,8 +242,8 @@ class TransactionRunner:
                 pool, lambda cursor: ensureDeferred(_prepare_database_txn(cursor)))
             self.schema_upgrade = (found, now)
             self.utf8_database = encoding.upper() in ("UTF8", "UNICODE")
-            if self._prepare_sql is not None:
-                await pool.prepare_statements(self._prepare_sql)
+            if self._settings.prepare_sql is not None:
+                await pool.prepare_statements(self._settings.prepare_sql)
             if found != now:
                 log.info("database schema upgraded from version {found} to {now}",
                          found=found, now=now)
@@ -313,7 +318,7 @@ class TransactionRunner:
                 # Refused before anything ran: that connection is still
                 # reconnecting (after a database restart).  While others of
                 # the pool are live, try again on one of them.
-                if pool.any_alive and refusals < self._pool_size:
+                if pool.any_alive and refusals < self._settings.pool_size:
                     refusals += 1
                     await deferLater(self._reactor, _REFUSAL_PAUSE, lambda: None)
                     continue
@@ -363,7 +368,7 @@ class TransactionRunner:
             else:
                 ticket.connection.close()
 
-        seconds = self._operation_timeout if timeout is None else timeout
+        seconds = self._settings.operation_timeout if timeout is None else timeout
         return self._with_deadline(running, seconds, stop_running)
 
     def _bounded_blocking(self, txn: Transaction[T], args: tuple[Any, ...]) -> Deferred[T]:
@@ -373,7 +378,7 @@ class TransactionRunner:
         assert self._dsn is not None
         session = BlockingSession(self._dsn, register_casters(BYTEA_AS_HEX))
         running = self.in_thread(session.run, txn, args)
-        return self._with_deadline(running, self._operation_timeout, session.cancel)
+        return self._with_deadline(running, self._settings.operation_timeout, session.cancel)
 
     def _with_deadline(self, running: Deferred[T], seconds: float,
                        stop_running: Callable[[], None]) -> Deferred[T]:

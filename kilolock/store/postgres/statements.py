@@ -4,13 +4,19 @@ large), UNLOCK, DELETE, then the reads.
 
 The hot statements of the write cycle are L{PreparedSQL}: every pooled
 session prepares them (L{PREPARE_STATEMENTS}) and runs them as C{EXECUTE};
-anywhere else they run as text.  Values are always parameters; statements
-built at call time (a search's conditions) join only constant fragments.
+anywhere else they run as text.  Values are always parameters; the
+statements built at call time (L{select_matches}, L{select_events}) join
+only constant fragments.
 The tenants' SQL stands beside its use in L{kilolock.store.postgres.tenants}.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
+from kilolock.model import ResourceQuery
+from kilolock.resource_query import attribute_steps, like_pattern
 from kilolock.store.postgres.prepared import PreparedSQL, prepare_statements_sql
 from kilolock.store.postgres.rows import EVENT_COLUMNS, VERSION_COLUMNS
 
@@ -300,19 +306,56 @@ SELECT_OUTPUTS = (
     " ORDER BY ordinal"
 )
 
-# A resource search: its conditions follow (" WHERE ..."), then MATCHES_ORDER.
-SELECT_MATCHES = (
+_SELECT_MATCHES = (
     "SELECT s.path, v.number, r.address, r.module, r.mode, r.type, r.name, r.provider,"
     " r.index_key::text, r.deposed, r.attributes::text FROM resources r"
     " JOIN states s ON s.id = r.state_id"
     " JOIN LATERAL (SELECT max(number) AS number FROM state_versions"
     " WHERE state_id = s.id) v ON true"
 )
-MATCHES_ORDER = ' ORDER BY s.path COLLATE "C", r.ordinal LIMIT %(limit)s'
 
-# The events of a tenant: its conditions follow (" WHERE ..."), then EVENTS_ORDER.
-SELECT_EVENTS = f"SELECT {EVENT_COLUMNS} FROM events"  # noqa: S608 - constant columns
-EVENTS_ORDER = " ORDER BY seq"
+
+def select_matches(query: ResourceQuery) -> tuple[str, dict[str, Any]]:
+    """A resource search: the statement and its parameters.  Each criterion
+    of C{query} that is set adds its condition; only these constant
+    fragments are joined, every value is a parameter."""
+    conditions = ["s.tenant_id = %(tenant)s"]
+    params: dict[str, Any] = {"limit": query.limit}
+    address = None if query.address is None else like_pattern(query.address)
+    for condition, name, value in (
+            ("r.type = %(type)s", "type", query.type),
+            ("r.module = %(module)s", "module", query.module),
+            ("r.address LIKE %(address)s ESCAPE '\\'", "address", address),
+            ("s.path = %(state)s", "state", query.state_path),
+            ("starts_with(s.path, %(prefix)s)", "prefix", query.path_prefix)):
+        if value is not None:
+            conditions.append(condition)
+            params[name] = value
+    if query.attribute is not None:
+        conditions.append(
+            "jsonb_typeof(r.attributes #> %(steps)s::text[]) IN ('string', 'number', 'boolean')"
+            " AND r.attributes #>> %(steps)s::text[] = %(value)s")
+        params["steps"] = attribute_steps(query.attribute[0])
+        params["value"] = query.attribute[1]
+    return (_SELECT_MATCHES + " WHERE " + " AND ".join(conditions)
+            + ' ORDER BY s.path COLLATE "C", r.ordinal LIMIT %(limit)s'), params
+
+
+def select_events(state_path: str | None, kinds: list[str] | None, since: datetime | None,
+                  until: datetime | None) -> str:
+    """The events of a tenant (C{%(tenant)s}) in chain order, narrowed by
+    the filters that are set (their values are the parameters C{%(path)s},
+    C{%(kinds)s}, C{%(since)s} and C{%(until)s})."""
+    conditions = ["tenant_id = %(tenant)s"]
+    for condition, value in (("state_path = %(path)s", state_path),
+                             ("kind = ANY(%(kinds)s::text[])", kinds),
+                             ("at >= %(since)s", since),
+                             ("at < %(until)s", until)):
+        if value is not None:
+            conditions.append(condition)
+    return (f"SELECT {EVENT_COLUMNS} FROM events"  # noqa: S608 - constant fragments
+            f" WHERE {' AND '.join(conditions)} ORDER BY seq")
+
 
 #: What every pooled session prepares once the schema is current.
 PREPARE_STATEMENTS = prepare_statements_sql([

@@ -172,16 +172,7 @@ class PostgresStates:
                                              candidates[-1] if candidates else None)
         if isinstance(decision, Replay):
             return WriteOutcome(version=decision.version, created=False)
-        version = StateVersion(
-            number=decision.number,
-            serial=serial,
-            lineage=upload.parsed.lineage,
-            sha256=upload.sha256,
-            size=len(upload.raw),
-            created_at=now,
-            principal=principal.name,
-            projected=upload.parsed.projection is not None,
-        )
+        version = StateVersion.of_upload(upload, decision.number, now, principal.name)
         detail = {**write_detail(version.number, version.size, principal), **(event_detail or {})}
         if isinstance(prepared, large.BulkWrite):
             version_id = await large.copy_version_txn(cursor, state_id, version, prepared)

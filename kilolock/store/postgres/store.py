@@ -51,6 +51,7 @@ from kilolock.store.postgres.reads import PostgresReads
 from kilolock.store.postgres.runner import (
     DEFAULT_POOL_SIZE,
     OPERATION_TIMEOUT,
+    RunnerSettings,
     TransactionRunner,
 )
 from kilolock.store.postgres.statements import PREPARE_STATEMENTS
@@ -84,11 +85,10 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
                  prepared_statements: bool = True) -> None:
         self._prepared_statements = prepared_statements
         self.clock = clock
-        self.runner = TransactionRunner(
-            database_url, reactor, embedded=embedded, pool_size=pool_size,
-            connect_timeout=connect_timeout, statement_timeout=statement_timeout,
-            operation_timeout=operation_timeout,
-            prepare_sql=PREPARE_STATEMENTS if prepared_statements else None)
+        self.runner = TransactionRunner(database_url, reactor, RunnerSettings(
+            pool_size=pool_size, connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout, operation_timeout=operation_timeout,
+            prepare_sql=PREPARE_STATEMENTS if prepared_statements else None), embedded=embedded)
         self._states = PostgresStates(self.runner, clock)
         self._reads = PostgresReads(self.runner)
         self._events = PostgresEvents(self.runner, clock)

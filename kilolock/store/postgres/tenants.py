@@ -1,27 +1,26 @@
 """L{ITenantStore} in PostgreSQL: the hosted-mode half of the store.
 
 L{kilolock.store.postgres.store.PostgresStateStore} holds a
-L{PostgresTenants} made with its transaction runner and clock, and provides
-L{ITenantStore} by forwarding to it.  Every public method is one
-transaction; every mutation first locks its tenant's row (C{FOR UPDATE}),
-which serialises the control-plane changes of one tenant (the event it
-appends would lock that row anyway: taking it first avoids deadlocks), and
-appends its event (L{append_event_txn}) before committing.
+L{PostgresTenants} made with its transaction runner and clock, and forwards
+L{ITenantStore} to it.  Every public method is one transaction; every
+mutation first locks its tenant's row (C{FOR UPDATE}), which serialises the
+control-plane changes of one tenant (the event it appends would lock that
+row anyway: taking it first avoids deadlocks), and appends its event
+(L{append_event_txn}) before committing.  The SQL stands beside its use.
 
 Uniqueness is the database's: slugs of live tenants, workspace names per
 tenant, environment names per workspace and live token names per tenant are
 unique indexes, written with C{INSERT ... ON CONFLICT DO NOTHING RETURNING}
 (never select-then-insert).  The schema's event trigger refuses state events
-of a deleted tenant or environment (see
-L{kilolock.store.schema.OWNER_GONE_SQLSTATE}); the runner answers those
-with 401.  The SQL stands beside its use.
+of a deleted tenant or environment (L{kilolock.store.schema.OWNER_GONE_SQLSTATE});
+the runner answers those with 401.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from attrs import evolve
 from twisted.internet.defer import Deferred, fail
@@ -33,7 +32,6 @@ from kilolock.errors import (
     AlreadyExists,
     EnvironmentNotFound,
     InvalidField,
-    NotEmpty,
     TenantNotFound,
     TokenNotFound,
     WorkspaceNotFound,
@@ -69,24 +67,7 @@ from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresTenants"]
 
-# One statement, one round trip: find the live token of a live tenant and,
-# when its last use was recorded more than the interval ago, record this one
-# (the update re-checks the condition under its row lock, so concurrent
-# requests record it once).
-_AUTHENTICATE = f"""
-WITH found AS (
-    SELECT t.id, t.last_used_at FROM api_tokens t JOIN tenants n ON n.id = t.tenant_id
-    WHERE t.token_hash = %(hash)s AND t.revoked_at IS NULL AND n.deleted_at IS NULL
-), touched AS (
-    UPDATE api_tokens SET last_used_at = %(now)s
-    WHERE id = (SELECT id FROM found)
-      AND (last_used_at IS NULL OR last_used_at <= %(stale)s)
-    RETURNING id, last_used_at
-)
-SELECT {", ".join("t." + column.strip() for column in TOKEN_COLUMNS.split(","))},
-       (SELECT last_used_at FROM touched)
-FROM api_tokens t WHERE t.id = (SELECT id FROM found)
-"""  # noqa: S608 - constant columns; every value is a parameter
+T = TypeVar("T")
 
 
 @implementer(ITenantStore)
@@ -109,22 +90,19 @@ class PostgresTenants:
 
         async def create(cursor: Any) -> Tenant:
             now = self._clock()
-            await cursor.execute(
+            tenant = await self._inserted_txn(
+                cursor, rows.tenant,
                 f"INSERT INTO tenants (id, slug, name, created_at)"  # noqa: S608 - constants
                 " VALUES (%(id)s, %(slug)s, %(name)s, %(now)s)"
                 " ON CONFLICT (slug) WHERE slug IS NOT NULL AND deleted_at IS NULL DO NOTHING"
                 f" RETURNING {TENANT_COLUMNS}",
                 {"id": hosted.new_tenant_id(), "slug": slug, "name": name, "now": now})
-            row = cursor.fetchone()
-            if row is None:
+            if tenant is None:
                 raise AlreadyExists("slug", f"a tenant with the slug {slug!r} exists")
-            tenant = rows.tenant(row)
-            workspace = await self._insert_workspace_txn(cursor, tenant.id,
-                                                         hosted.DEFAULT_NAME, now)
-            assert workspace is not None
-            environment = await self._insert_environment_txn(cursor, workspace,
-                                                             hosted.DEFAULT_NAME, now)
-            assert environment is not None
+            created = await self._insert_workspace_txn(cursor, tenant.id, hosted.DEFAULT_NAME,
+                                                       now)
+            assert created is not None
+            workspace, environment = created
             await append_event_txn(
                 cursor, tenant.id, TENANT_CREATE, actor.name, None, now,
                 detail=control_detail(actor, slug=slug, name=name, workspace_id=workspace.id,
@@ -161,19 +139,15 @@ class PostgresTenants:
                 ' WHERE s.tenant_id = %s ORDER BY s.path COLLATE "C" FOR UPDATE OF s',
                 (found.id,))
             states = cursor.fetchall()
-            if states and not delete_states:
-                raise NotEmpty(f"the tenant has {len(states)} state(s); delete them first, or"
-                               " delete the tenant with ?states=delete")
-            locked = [path for _, path, is_locked, _ in states if is_locked]
-            if locked:
-                raise NotEmpty(f"{len(locked)} state(s) of the tenant are locked (e.g."
-                               f" {locked[0]}); unlock them first")
+            hosted.check_tenant_deletable(
+                len(states), [path for _, path, is_locked, _ in states if is_locked],
+                delete_states)
             now = self._clock()
             if states:
                 await cursor.execute("DELETE FROM states WHERE tenant_id = %s", (found.id,))
             for _, path, _, versions in states:
-                await append_event_txn(cursor, found.id, STATE_DELETE, actor.name, path,
-                                             now, detail=delete_detail(versions, actor))
+                await append_event_txn(cursor, found.id, STATE_DELETE, actor.name, path, now,
+                                       detail=delete_detail(versions, actor))
             revoked = await self._revoke_txn(cursor, "tenant_id", found.id, now)
             await cursor.execute("DELETE FROM environments WHERE tenant_id = %s;"
                                  " DELETE FROM workspaces WHERE tenant_id = %s",
@@ -201,12 +175,10 @@ class PostgresTenants:
         async def create(cursor: Any) -> Workspace:
             found = await self._live_tenant_txn(cursor, tenant)
             now = self._clock()
-            workspace = await self._insert_workspace_txn(cursor, found.id, name, now)
-            if workspace is None:
+            created = await self._insert_workspace_txn(cursor, found.id, name, now)
+            if created is None:
                 raise AlreadyExists("name", f"the tenant has a workspace named {name!r}")
-            environment = await self._insert_environment_txn(cursor, workspace,
-                                                             hosted.DEFAULT_NAME, now)
-            assert environment is not None
+            workspace, environment = created
             await append_event_txn(
                 cursor, found.id, WORKSPACE_CREATE, actor.name, None, now,
                 detail=control_detail(actor, workspace_id=workspace.id, name=name,
@@ -216,20 +188,14 @@ class PostgresTenants:
         return self._runner.run_interaction(create)
 
     def list_workspaces(self, tenant: str) -> Deferred[list[Workspace]]:
-        async def select(cursor: Any) -> list[Workspace]:
-            found = await self._known_tenant_txn(cursor, tenant)
-            await cursor.execute(
-                f"SELECT {WORKSPACE_COLUMNS} FROM workspaces"  # noqa: S608 - constants
-                ' WHERE tenant_id = %s ORDER BY name COLLATE "C"', (found.id,))
-            return [rows.workspace(row) for row in cursor.fetchall()]
-
-        return self._runner.run_interaction(select)
+        return self._of_known_tenant(
+            tenant, f"SELECT {WORKSPACE_COLUMNS} FROM workspaces"  # noqa: S608 - constants
+            ' WHERE tenant_id = %s ORDER BY name COLLATE "C"', rows.workspace)
 
     def delete_workspace(self, tenant: str, workspace: str,
                          actor: Principal) -> Deferred[Workspace]:
         async def delete(cursor: Any) -> Workspace:
-            found = await self._live_tenant_txn(cursor, tenant)
-            target = await self._workspace_txn(cursor, found.id, workspace)
+            found, target = await self._live_workspace_txn(cursor, tenant, workspace)
             await self._refuse_states_under_txn(cursor, found.id, target.id + "/", "workspace")
             now = self._clock()
             revoked = await self._revoke_txn(cursor, "workspace_id", target.id, now)
@@ -254,8 +220,7 @@ class PostgresTenants:
             return fail()
 
         async def create(cursor: Any) -> Environment:
-            found = await self._live_tenant_txn(cursor, tenant)
-            parent = await self._workspace_txn(cursor, found.id, workspace)
+            found, parent = await self._live_workspace_txn(cursor, tenant, workspace)
             now = self._clock()
             environment = await self._insert_environment_txn(cursor, parent, name, now)
             if environment is None:
@@ -287,8 +252,7 @@ class PostgresTenants:
     def delete_environment(self, tenant: str, workspace: str, environment: str,
                            actor: Principal) -> Deferred[Environment]:
         async def delete(cursor: Any) -> Environment:
-            found = await self._live_tenant_txn(cursor, tenant)
-            parent = await self._workspace_txn(cursor, found.id, workspace)
+            found, parent = await self._live_workspace_txn(cursor, tenant, workspace)
             target = await self._environment_txn(cursor, parent, environment)
             await self._refuse_states_under_txn(cursor, found.id,
                                                 f"{parent.id}/{target.id}/", "environment")
@@ -327,7 +291,8 @@ class PostgresTenants:
                                    "the workspace has no such environment") from None
             now = self._clock()
             secret = hosted.new_token_secret()
-            await cursor.execute(
+            token = await self._inserted_txn(
+                cursor, rows.token,
                 "INSERT INTO api_tokens (id, tenant_id, name, token_hash, workspace_id,"  # noqa: S608
                 " env_public_id, scope, created_at)"
                 " VALUES (%(id)s, %(tenant)s, %(name)s, %(hash)s, %(workspace)s,"
@@ -337,10 +302,8 @@ class PostgresTenants:
                 {"id": hosted.new_token_id(), "tenant": found.id, "name": name,
                  "hash": hosted.token_hash(secret), "workspace": parent.id,
                  "environment": target.id, "scope": scope, "now": now})
-            row = cursor.fetchone()
-            if row is None:
+            if token is None:
                 raise AlreadyExists("name", f"the tenant has a live token named {name!r}")
-            token = rows.token(row)
             await append_event_txn(
                 cursor, found.id, TOKEN_CREATE, actor.name, None, now,
                 detail=control_detail(actor, token_id=token.id, name=name, scope=scope,
@@ -350,14 +313,9 @@ class PostgresTenants:
         return self._runner.run_interaction(create)
 
     def list_tokens(self, tenant: str) -> Deferred[list[ApiToken]]:
-        async def select(cursor: Any) -> list[ApiToken]:
-            found = await self._known_tenant_txn(cursor, tenant)
-            await cursor.execute(
-                f"SELECT {TOKEN_COLUMNS} FROM api_tokens"  # noqa: S608 - constants
-                " WHERE tenant_id = %s ORDER BY created_at, id", (found.id,))
-            return [rows.token(row) for row in cursor.fetchall()]
-
-        return self._runner.run_interaction(select)
+        return self._of_known_tenant(
+            tenant, f"SELECT {TOKEN_COLUMNS} FROM api_tokens"  # noqa: S608 - constants
+            " WHERE tenant_id = %s ORDER BY created_at, id", rows.token)
 
     def revoke_token(self, tenant: str, token_id: str, actor: Principal) -> Deferred[ApiToken]:
         async def revoke(cursor: Any) -> ApiToken:
@@ -383,10 +341,29 @@ class PostgresTenants:
 
         return self._runner.run_interaction(revoke)
 
+    # One statement, one round trip: find the live token of a live tenant and,
+    # when its last use was recorded more than the interval ago, record this one
+    # (the update re-checks the condition under its row lock, so concurrent
+    # requests record it once).
+    _AUTHENTICATE = f"""
+WITH found AS (
+    SELECT t.id, t.last_used_at FROM api_tokens t JOIN tenants n ON n.id = t.tenant_id
+    WHERE t.token_hash = %(hash)s AND t.revoked_at IS NULL AND n.deleted_at IS NULL
+), touched AS (
+    UPDATE api_tokens SET last_used_at = %(now)s
+    WHERE id = (SELECT id FROM found)
+      AND (last_used_at IS NULL OR last_used_at <= %(stale)s)
+    RETURNING id, last_used_at
+)
+SELECT {", ".join("t." + column.strip() for column in TOKEN_COLUMNS.split(","))},
+       (SELECT last_used_at FROM touched)
+FROM api_tokens t WHERE t.id = (SELECT id FROM found)
+"""  # noqa: S608 - constant columns; every value is a parameter
+
     def authenticate_token(self, token_hash: str) -> Deferred[ApiToken | None]:
         async def authenticate(cursor: Any) -> ApiToken | None:
             now = self._clock()
-            await cursor.execute(_AUTHENTICATE, {
+            await cursor.execute(self._AUTHENTICATE, {
                 "hash": token_hash, "now": now,
                 "stale": now - timedelta(seconds=hosted.LAST_USED_INTERVAL)})
             row = cursor.fetchone()
@@ -401,6 +378,18 @@ class PostgresTenants:
         return self._runner.run_interaction(authenticate)
 
     # -- transaction steps ----------------------------------------------
+
+    def _of_known_tenant(self, tenant: str, query: str,
+                         value: Callable[[Any], T]) -> Deferred[list[T]]:
+        """@return: a Deferred firing with the rows C{query} selects for a
+        known tenant (its id the one parameter), each made a C{value}."""
+
+        async def select(cursor: Any) -> list[T]:
+            found = await self._known_tenant_txn(cursor, tenant)
+            await cursor.execute(query, (found.id,))
+            return [value(row) for row in cursor.fetchall()]
+
+        return self._runner.run_interaction(select)
 
     async def _find_tenant_txn(self, cursor: Any, tenant: str, *,
                                lock: bool = False) -> Tenant | None:
@@ -427,6 +416,12 @@ class PostgresTenants:
             raise TenantNotFound("no such tenant")
         return found
 
+    async def _live_workspace_txn(self, cursor: Any, tenant: str,
+                                  workspace: str) -> tuple[Tenant, Workspace]:
+        """A live tenant, its row locked, and one of its workspaces."""
+        found = await self._live_tenant_txn(cursor, tenant)
+        return found, await self._workspace_txn(cursor, found.id, workspace)
+
     async def _workspace_txn(self, cursor: Any, tenant_id: str, workspace: str) -> Workspace:
         column = "id" if hosted.is_public_id(workspace, hosted.WORKSPACE_PREFIX) else "name"
         await cursor.execute(
@@ -449,25 +444,41 @@ class PostgresTenants:
             raise EnvironmentNotFound("the workspace has no such environment")
         return rows.environment(row)
 
+    async def _inserted_txn(self, cursor: Any, value: Callable[[Any], T], statement: str,
+                            params: Any) -> T | None:
+        """Run an C{INSERT ... ON CONFLICT DO NOTHING RETURNING} (how a name
+        is taken: never select-then-insert).  @return: the inserted row made
+        a value by C{value}, or None when the name was taken."""
+        await cursor.execute(statement, params)
+        row = cursor.fetchone()
+        return None if row is None else value(row)
+
     async def _insert_workspace_txn(self, cursor: Any, tenant_id: str, name: str,
-                                    now: datetime) -> Workspace | None:
-        await cursor.execute(
+                                    now: datetime) -> tuple[Workspace, Environment] | None:
+        """Insert a workspace and the environment every workspace starts
+        with (L{hosted.DEFAULT_NAME}).  @return: both, or None when the
+        tenant has a workspace of that name."""
+        workspace = await self._inserted_txn(
+            cursor, rows.workspace,
             "INSERT INTO workspaces (id, tenant_id, name, created_at)"  # noqa: S608
             " VALUES (%s, %s, %s, %s) ON CONFLICT (tenant_id, name) DO NOTHING"
             f" RETURNING {WORKSPACE_COLUMNS}",
             (hosted.new_workspace_id(), tenant_id, name, now))
-        row = cursor.fetchone()
-        return None if row is None else rows.workspace(row)
+        if workspace is None:
+            return None
+        environment = await self._insert_environment_txn(cursor, workspace,
+                                                         hosted.DEFAULT_NAME, now)
+        assert environment is not None
+        return workspace, environment
 
     async def _insert_environment_txn(self, cursor: Any, parent: Workspace, name: str,
                                       now: datetime) -> Environment | None:
-        await cursor.execute(
+        return await self._inserted_txn(
+            cursor, rows.environment,
             "INSERT INTO environments (id, workspace_id, tenant_id, name, created_at)"  # noqa: S608
             " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (workspace_id, name) DO NOTHING"
             f" RETURNING {ENVIRONMENT_COLUMNS}",
             (hosted.new_environment_id(), parent.id, parent.tenant_id, name, now))
-        row = cursor.fetchone()
-        return None if row is None else rows.environment(row)
 
     async def _refuse_states_under_txn(self, cursor: Any, tenant_id: str, prefix: str,
                                        what: str) -> None:
@@ -475,8 +486,7 @@ class PostgresTenants:
             "SELECT count(*) FROM states WHERE tenant_id = %s AND starts_with(path, %s)",
             (tenant_id, prefix))
         (count,) = cursor.fetchone()
-        if count:
-            raise NotEmpty(f"the {what} has {count} state(s); delete them first")
+        hosted.check_no_states_under(what, count)
 
     async def _revoke_txn(self, cursor: Any, column: str, value: str,
                           now: datetime) -> tuple[str, ...]:
