@@ -1,10 +1,10 @@
 """Hosted mode (C{KL_AUTH_MODE=database}): public ids, token secrets, naming
-rules and the backend block a tenant pastes.  Pure functions, shared by both
-stores and the control API.
+rules, what a deletion requires and the backend block a tenant pastes.  Pure
+functions, shared by both stores and the control API.
 
 Public ids are a prefix and 12 random lowercase hex digits (48 bits):
 C{tn_} tenants, C{ws_} workspaces, C{env_} environments, C{tok_} tokens.
-They are plain ASCII path segments, never percent-encoded (ADR 0018 rule 1).
+They are plain ASCII path segments, never percent-encoded (see docs/hosting.md).
 
 A token secret is C{kl_} and 43 URL-safe characters (32 random bytes).  Only
 the SHA-256 of the whole secret (prefix included) is stored; the secret is

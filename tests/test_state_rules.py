@@ -28,11 +28,12 @@ from kilolock.state_rules import (
     holder_of,
 )
 
+#: Who may hold the lock: the ID the requests below name ("mine"), another
+#: one, or nobody.
 MINE = Holder("mine", b'{"ID":"mine"}')
 THEIRS = Holder("theirs", b'{"ID":"theirs"}')
-
-#: The holder cases of the matrix, as (holder, the ID a request names).
 NOTHING_HELD = None
+#: A write or delete the matrix lets through.
 PROCEED = "proceed"
 
 

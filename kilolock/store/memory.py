@@ -3,8 +3,8 @@
 Used by tests and by C{--store memory} (integration tests of Terraform
 modules).  Each public method runs synchronously and returns an already-fired
 Deferred, so every operation is atomic exactly as a database transaction is.
-The lock matrix and the serial rule are L{kilolock.state_rules}'; the hosted
-half (L{ITenantStore}) is L{kilolock.store.memory_tenants.MemoryTenants}.
+L{kilolock.state_rules} decides the lock matrix and the serial rule; the
+hosted half (L{ITenantStore}) is L{kilolock.store.memory_tenants.MemoryTenants}.
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ class StoredState:
 class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ignore[misc]
     """Every state, version, lock and event of every tenant, in dicts.
 
-    L{ITenantStore} is forwarded to L{tenants}, which shares the states and
-    the audit chain.
+    L{ITenantStore} is forwarded to L{tenants} (Twisted's
+    C{proxyForInterface}: mypy cannot follow a base class made at run time),
+    which shares the states and the audit chain.
     """
 
     clock: Callable[[], datetime] = utcnow

@@ -9,9 +9,10 @@ of libpq's result (see L{select_single_bytea}).
 
 L{kilolock.store.postgres.large.read_raw_state_txn} is a transaction of the
 blocking path (L{kilolock.store.postgres.blocking.BlockingSession}); the
-session runs its one statement here on a short-lived autocommit psycopg 3 connection opened with
-the store's own connection string (statement timeout, connect timeout,
-socket, ...), which the session cancels at the store's deadline.  psycopg 3's
+session runs its one statement here on a short-lived autocommit psycopg 3
+connection opened with the store's own connection string (statement timeout,
+connect timeout, socket, ...), which the session cancels at the store's
+deadline.  psycopg 3's
 errors are raised as the psycopg2 errors the store already maps (an
 unreachable database is a 503 the same way on both paths).
 

@@ -47,7 +47,7 @@ _LIBPQ_CONNECTION_OK = 0
 #: bytea values come back as their hex text ("\\x..."), decoded by
 #: L{kilolock.store.postgres.codecs.bytes_from_hex}, in a thread when large,
 #: instead of by psycopg2 on the reactor thread.
-BYTEA_AS_HEX = new_type((17,), "KILOLOCKBYTEA_AS_HEX", lambda value, cursor: value)
+BYTEA_AS_HEX = new_type((17,), "KILOLOCK_BYTEA_AS_HEX", lambda value, cursor: value)
 
 
 class ConnectTimeout(Exception):

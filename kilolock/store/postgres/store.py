@@ -64,7 +64,10 @@ __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
 @implementer(IStateStore, ITenantStore, IHealthCheck)
 class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ignore[misc]
     """States, versions, locks, projection rows, audit events and tenants in
-    PostgreSQL.
+    PostgreSQL.  L{ITenantStore} is forwarded whole to L{tenants} (Twisted's
+    C{proxyForInterface}: mypy cannot follow a base class made at run time);
+    each L{IStateStore} method to the part that runs it (the contracts are
+    L{IStateStore}'s).
 
     With C{prepared_statements} (the default) every pooled session prepares
     the write cycle's statements (see L{kilolock.store.postgres.prepared});
@@ -72,7 +75,7 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
     PgBouncer in transaction mode).
 
     @ivar runner: the L{TransactionRunner} every part runs its transactions on.
-    @ivar tenants: the L{PostgresTenants} that L{ITenantStore} is forwarded to.
+    @ivar tenants: the L{PostgresTenants}.
     """
 
     def __init__(self, database_url: str | None, reactor: Any, *,
