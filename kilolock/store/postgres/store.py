@@ -87,7 +87,6 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
                  embedded: EmbeddedPostgres | None = None,
                  prepared_statements: bool = True) -> None:
         self._prepared_statements = prepared_statements
-        self.clock = clock
         self.runner = TransactionRunner(database_url, reactor, RunnerSettings(
             pool_size=pool_size, connect_timeout=connect_timeout,
             statement_timeout=statement_timeout, operation_timeout=operation_timeout,
