@@ -1,10 +1,10 @@
 """Hosted mode (C{KL_AUTH_MODE=database}): public ids, token secrets, naming
-rules and the backend block a tenant pastes.  Pure functions, shared by both
-stores and the control API.
+rules, what a deletion requires and the backend block a tenant pastes.  Pure
+functions, shared by both stores and the control API.
 
 Public ids are a prefix and 12 random lowercase hex digits (48 bits):
 C{tn_} tenants, C{ws_} workspaces, C{env_} environments, C{tok_} tokens.
-They are plain ASCII path segments, never percent-encoded (ADR 0018 rule 1).
+They are plain ASCII path segments, never percent-encoded (see docs/hosting.md).
 
 A token secret is C{kl_} and 43 URL-safe characters (32 random bytes).  Only
 the SHA-256 of the whole secret (prefix included) is stored; the secret is
@@ -16,8 +16,9 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Sequence
 
-from kilolock.errors import InvalidField
+from kilolock.errors import InvalidField, NotEmpty
 
 TENANT_PREFIX = "tn_"
 WORKSPACE_PREFIX = "ws_"
@@ -125,6 +126,34 @@ def check_scope(value: object, field: str = "scope") -> str:
         raise InvalidField(field, f"{field} must be one of: {', '.join(SCOPES)}")
     assert isinstance(value, str)
     return value
+
+
+# -- what a deletion requires -------------------------------------------------------
+
+
+def check_tenant_deletable(state_count: int, locked_paths: Sequence[str],
+                           delete_states: bool) -> None:
+    """A tenant is deleted while it has no states, or with C{?states=delete}
+    (C{delete_states}) while none of them is locked (C{locked_paths}).
+
+    @raise NotEmpty: it has states and may not delete them, or some are locked.
+    """
+    if state_count and not delete_states:
+        raise NotEmpty(f"the tenant has {state_count} state(s); delete them first, or"
+                       " delete the tenant with ?states=delete")
+    if locked_paths:
+        raise NotEmpty(f"{len(locked_paths)} state(s) of the tenant are locked (e.g."
+                       f" {locked_paths[0]}); unlock them first")
+
+
+def check_no_states_under(what: str, state_count: int) -> None:
+    """A workspace or environment (C{what}) is deleted only while no state
+    lives under it.
+
+    @raise NotEmpty: C{state_count} states do.
+    """
+    if state_count:
+        raise NotEmpty(f"the {what} has {state_count} state(s); delete them first")
 
 
 # -- what a tenant pastes ---------------------------------------------------------

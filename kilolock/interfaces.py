@@ -44,7 +44,9 @@ class IStateStore(Interface):
     rows and the audit trail.
 
     Every public method is one transaction: the lock check, the write, the
-    projection and the audit event commit together or not at all.
+    projection and the audit event commit together or not at all.  The lock
+    matrix and the serial rule below are decided, for every store, by
+    L{kilolock.state_rules}.
     """
 
     def start() -> Deferred[None]:

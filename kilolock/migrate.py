@@ -43,6 +43,7 @@ from typing import TextIO
 import psycopg2
 from psycopg2.extensions import parse_dsn
 
+from kilolock.store.postgres.dsn import connection_string
 from kilolock.store.schema import SCHEMA_VERSION, SchemaTooNew, ensure_schema_blocking
 
 __all__ = ["ExitCode", "main", "run"]
@@ -91,8 +92,6 @@ def describe(database_url: str) -> str:
 def _connection_string(database_url: str) -> str:
     """C{database_url} with a connect timeout and no statement timeout (a
     long upgrade is not a stuck request)."""
-    from kilolock.store.postgres import connection_string
-
     return connection_string(database_url, statement_timeout=0,
                              connect_timeout=CONNECT_TIMEOUT)
 

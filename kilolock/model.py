@@ -197,6 +197,14 @@ class StateVersion:
     principal: str
     projected: bool
 
+    @classmethod
+    def of_upload(cls, upload: StateUpload, number: int, created_at: datetime,
+                  principal: str) -> StateVersion:
+        """What storing C{upload} as version C{number} records."""
+        return cls(number=number, serial=upload.parsed.serial, lineage=upload.parsed.lineage,
+                   sha256=upload.sha256, size=len(upload.raw), created_at=created_at,
+                   principal=principal, projected=upload.parsed.projection is not None)
+
 
 @frozen
 class WriteOutcome:

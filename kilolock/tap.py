@@ -271,7 +271,7 @@ class StoreService(Service):
 def build_store(settings: Settings, reactor: Any) -> IStateStore:
     if settings.store == "memory":
         return MemoryStateStore()
-    from kilolock.store.postgres import postgres_store_from_settings
+    from kilolock.store.postgres.store import postgres_store_from_settings
 
     return postgres_store_from_settings(settings, reactor)
 

@@ -106,7 +106,7 @@ def test_prepared_statements_setting() -> None:
     """--prepared-statements / KL_PREPARED_STATEMENTS: on by default, off on
     request (the option wins), anything else a usage error; the store built
     from the settings follows it."""
-    from kilolock.store.postgres import postgres_store_from_settings
+    from kilolock.store.postgres.store import postgres_store_from_settings
 
     assert settings({}).prepared_statements == "on"
     assert settings({"KL_PREPARED_STATEMENTS": "off"}).prepared_statements == "off"

@@ -1,5 +1,5 @@
 """The PostgreSQL store's path for large states: transactions on a blocking
-connection in a thread (kilolock.store.postgres_bulk), reads by binary COPY.
+connection in a thread (kilolock.store.postgres.blocking), reads by binary COPY.
 
 Most tests lower the size threshold so that small, fast states take that
 path and meet the same lock matrix, replays and errors as on the pool."""
@@ -20,8 +20,9 @@ from stub_client import lock_body, state_body
 
 from kilolock.errors import LockConflict, LockNotHeld, SerialConflict, ServiceUnavailable
 from kilolock.model import DEFAULT_TENANT, LockInfo, Principal, StateKey, StateUpload
-from kilolock.store import postgres as postgres_module
-from kilolock.store.postgres_bulk import BlockingSession, _drive
+from kilolock.store.postgres import large
+from kilolock.store.postgres.blocking import BlockingSession, _drive
+from kilolock.store.postgres.store import PostgresStateStore
 from kilolock.tfstate import parse_state
 
 ALICE = Principal(DEFAULT_TENANT, "alice")
@@ -44,14 +45,14 @@ def big_resources(count: int, filler: int = 2000) -> list[dict[str, Any]]:
 @pytest.fixture
 def everything_is_large(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every write and read of a state takes the blocking path."""
-    monkeypatch.setattr(postgres_module, "LARGE_TRANSFER_BYTES", 1)
+    monkeypatch.setattr(large, "LARGE_TRANSFER_BYTES", 1)
 
 
 @pytest_twisted.async_yield_fixture
 async def store(postgres_dsn: str) -> AsyncIterator[Any]:
     from twisted.internet import reactor
 
-    built = postgres_module.PostgresStateStore(postgres_dsn, reactor, pool_size=2)
+    built = PostgresStateStore(postgres_dsn, reactor, pool_size=2)
     await built.start()
     yield built
     await built.stop()
@@ -64,7 +65,7 @@ async def test_a_state_over_the_threshold_round_trips(store: Any) -> None:
     """A state bigger than LARGE_TRANSFER_BYTES is written and read on the
     blocking path: exact bytes (current and by number), its projection, its event."""
     raw = state_body(7, resources=big_resources(4200))
-    assert len(raw) > postgres_module.LARGE_TRANSFER_BYTES
+    assert len(raw) > large.LARGE_TRANSFER_BYTES
     outcome = await store.write_state(KEY, upload(raw), None, ALICE)
     assert (outcome.created, outcome.version.size) == (True, len(raw))
     assert await store.read_current(KEY) == raw
@@ -203,7 +204,7 @@ async def test_a_blocked_large_write_gives_503_at_the_deadline_and_rolls_back(
     operation timeout; its statement is cancelled, so it never commits later."""
     from twisted.internet import reactor
 
-    store = postgres_module.PostgresStateStore(postgres_dsn, reactor, pool_size=1,
+    store = PostgresStateStore(postgres_dsn, reactor, pool_size=1,
                                                operation_timeout=1.0)
     await store.start()
     try:

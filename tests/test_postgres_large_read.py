@@ -1,5 +1,5 @@
 """The PostgreSQL store's read of a large state: a binary result on a
-short-lived psycopg 3 connection in a thread (kilolock.store.postgres_read).
+short-lived psycopg 3 connection in a thread (kilolock.store.postgres.binary_read).
 
 The store tests lower LARGE_TRANSFER_BYTES so that small states take that
 path; they check the exact bytes, the overall deadline (the statement is
@@ -25,9 +25,11 @@ from stub_client import state_body
 
 from kilolock.errors import ServiceUnavailable
 from kilolock.model import DEFAULT_TENANT, Principal, StateKey, StateUpload
-from kilolock.store import postgres as postgres_module
-from kilolock.store import postgres_read
-from kilolock.store.postgres_bulk import BlockingSession
+from kilolock.store.postgres import binary_read, large
+from kilolock.store.postgres.blocking import BlockingSession
+from kilolock.store.postgres.dsn import connection_string
+from kilolock.store.postgres.runner import RETRY_AFTER
+from kilolock.store.postgres.store import PostgresStateStore
 from kilolock.tfstate import parse_state
 
 ALICE = Principal(DEFAULT_TENANT, "alice")
@@ -44,7 +46,7 @@ def upload(raw: bytes) -> StateUpload:
 @pytest.fixture
 def everything_is_large(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every write and read of a state takes the blocking path."""
-    monkeypatch.setattr(postgres_module, "LARGE_TRANSFER_BYTES", 1)
+    monkeypatch.setattr(large, "LARGE_TRANSFER_BYTES", 1)
 
 
 @pytest.fixture
@@ -55,13 +57,13 @@ def slow_large_reads(monkeypatch: pytest.MonkeyPatch, everything_is_large: None)
         raw: bytes | None = cursor.select_bytea(SLOW_READ, (version_id,))
         return raw
 
-    monkeypatch.setattr(postgres_module, "read_raw_state_txn", slow_txn)
+    monkeypatch.setattr(large, "read_raw_state_txn", slow_txn)
 
 
 async def started_store(dsn: str, **options: Any) -> Any:
     from twisted.internet import reactor
 
-    store = postgres_module.PostgresStateStore(dsn, reactor, pool_size=2, **options)
+    store = PostgresStateStore(dsn, reactor, pool_size=2, **options)
     await store.start()
     return store
 
@@ -152,7 +154,7 @@ async def test_a_database_gone_mid_read_is_503(postgres_dsn: str, slow_large_rea
             cursor.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
         admin.close()
         error = await failure_of(reading, ServiceUnavailable)
-        assert error.retry_after == postgres_module.RETRY_AFTER
+        assert error.retry_after == RETRY_AFTER
         assert store.reachable is False
     finally:
         await store.stop()
@@ -164,11 +166,11 @@ async def test_a_large_read_that_cannot_connect_is_503(
         store: Any, everything_is_large: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The read's own connection refused (nothing listens): 503."""
     await store.write_state(KEY, upload(state_body(1)), None, ALICE)
-    nowhere = postgres_module.connection_string("host=127.0.0.1 port=1 dbname=x")
-    original = postgres_read.open_read_connection
-    monkeypatch.setattr(postgres_read, "open_read_connection", lambda dsn: original(nowhere))
+    nowhere = connection_string("host=127.0.0.1 port=1 dbname=x")
+    original = binary_read.open_read_connection
+    monkeypatch.setattr(binary_read, "open_read_connection", lambda dsn: original(nowhere))
     error = await failure_of(store.read_current(KEY), ServiceUnavailable)
-    assert error.retry_after == postgres_module.RETRY_AFTER
+    assert error.retry_after == RETRY_AFTER
 
 
 # -- the session ----------------------------------------------------------------
@@ -185,13 +187,13 @@ def test_select_bytea_alone_opens_no_psycopg2_connection(
 
     monkeypatch.setattr(psycopg2, "connect", refuse)
     opened: list[psycopg.Connection[Any]] = []
-    original = postgres_read.open_read_connection
+    original = binary_read.open_read_connection
 
     def open_and_keep(dsn: str) -> psycopg.Connection[Any]:
         opened.append(original(dsn))
         return opened[-1]
 
-    monkeypatch.setattr(postgres_read, "open_read_connection", open_and_keep)
+    monkeypatch.setattr(binary_read, "open_read_connection", open_and_keep)
 
     async def txn(cursor: Any, value: bytes) -> tuple[bytes | None, bytes | None]:
         return (cursor.select_bytea("SELECT %s::bytea", (value,)),
@@ -231,7 +233,7 @@ def test_the_statement_timeout_of_the_store_applies(postgres_dsn: str) -> None:
     """The read's connection gets the store's connection string: its
     statement timeout ends a statement that runs too long, as
     QueryCanceledError (mapped to 503 by the store)."""
-    dsn = postgres_module.connection_string(postgres_dsn, statement_timeout=0.2)
+    dsn = connection_string(postgres_dsn, statement_timeout=0.2)
     session = BlockingSession(dsn, lambda connection: None)
 
     async def txn(cursor: Any) -> bytes | None:
@@ -252,8 +254,8 @@ def test_psycopg_3_errors_are_raised_as_psycopg2_errors() -> None:
         (psycopg.InterfaceError("the connection is closed"), psycopg2.InterfaceError),
     ]
     for raised, expected in cases:
-        with pytest.raises(expected) as caught, postgres_read.psycopg2_errors():
+        with pytest.raises(expected) as caught, binary_read.psycopg2_errors():
             raise raised
         assert str(caught.value) == str(raised).splitlines()[0]
-    with pytest.raises(psycopg.errors.UndefinedTable), postgres_read.psycopg2_errors():
+    with pytest.raises(psycopg.errors.UndefinedTable), binary_read.psycopg2_errors():
         raise psycopg.errors.UndefinedTable("no table")

@@ -14,7 +14,8 @@ from fixtures_postgres import terminate_other_sessions
 from stub_client import lock_body, state_body
 
 from kilolock.model import DEFAULT_TENANT, LockInfo, Principal, StateKey
-from kilolock.store import postgres as postgres_module
+from kilolock.store.postgres import statements as statements_module
+from kilolock.store.postgres.store import PostgresStateStore
 from kilolock.web.body import prepare_upload
 
 pytestmark = pytest.mark.postgres
@@ -27,7 +28,7 @@ KEY = StateKey(DEFAULT_TENANT, "rounds")
 async def store(postgres_dsn: str) -> AsyncIterator[Any]:
     from twisted.internet import reactor
 
-    built = postgres_module.PostgresStateStore(postgres_dsn, reactor, pool_size=2)
+    built = PostgresStateStore(postgres_dsn, reactor, pool_size=2)
     await built.start()
     yield built
     await built.stop()
@@ -57,7 +58,7 @@ async def test_commit_with_the_last_statement_commits(store: Any, postgres_dsn: 
         except RuntimeError as error:
             refused.append(error)
 
-    await store._transaction(txn)
+    await store.runner.run_interaction(txn)
     assert tenant_exists(postgres_dsn, "t_first") and tenant_exists(postgres_dsn, "t_last")
     assert len(refused) == 1
 
@@ -73,7 +74,7 @@ async def test_a_failing_last_statement_rolls_everything_back(store: Any,
         await cursor.execute("SELECT 1 / 0", commit=True)
 
     with pytest.raises(psycopg2.errors.DivisionByZero):
-        await store._transaction(txn)
+        await store.runner.run_interaction(txn)
     assert not tenant_exists(postgres_dsn, "t_doomed")
     await store.write_state(KEY, prepare_upload(state_body(1)), None, ALICE)
     assert await store.read_current(KEY) == state_body(1)
@@ -188,7 +189,7 @@ async def test_a_write_after_a_large_write_replaces_every_table(store: Any,
     """The blocking (COPY) path forgets the digests, so the next small write
     replaces the rows even when its projection equals the one before the
     large write."""
-    from kilolock.store.postgres import LARGE_TRANSFER_BYTES
+    from kilolock.store.postgres.large import LARGE_TRANSFER_BYTES
 
     key = StateKey(DEFAULT_TENANT, "after-large")
     small = [_resource("a", "1")]
@@ -261,7 +262,7 @@ async def test_sessions_prepare_again_after_a_reconnection(
             break
         await deferLater(reactor, 0.1, lambda: None)
     assert served >= 4
-    assert all(connection.prepared for connection in store._pool.every_connection)
+    assert all(connection.prepared for connection in store.runner._pool.every_connection)
     for serial in (2, 3, 4):  # both sessions serve, prepared
         sent = await cycle_statements(store, monkeypatch, serial)
         assert all("EXECUTE kl_" in text for text in sent)
@@ -274,13 +275,13 @@ async def test_without_prepared_statements_the_text_is_sent(
     sends each statement's text and prepares nothing."""
     from twisted.internet import reactor
 
-    plain = postgres_module.PostgresStateStore(postgres_dsn, reactor, pool_size=2,
+    plain = PostgresStateStore(postgres_dsn, reactor, pool_size=2,
                                                prepared_statements=False)
     await plain.start()
     try:
         sent = await cycle_statements(plain, monkeypatch, 1)
         assert not any("EXECUTE" in text or "PREPARE" in text for text in sent)
-        assert not any(connection.prepared for connection in plain._pool.every_connection)
+        assert not any(connection.prepared for connection in plain.runner._pool.every_connection)
     finally:
         await plain.stop()
 
@@ -288,7 +289,7 @@ async def test_without_prepared_statements_the_text_is_sent(
 def test_a_prepared_statement_numbers_its_parameters_in_order() -> None:
     """Named placeholders become $1, $2, ... in order of first appearance (a
     repeated one keeps its number); EXECUTE takes the values in that order."""
-    from kilolock.store.postgres_prepared import PreparedSQL
+    from kilolock.store.postgres.prepared import PreparedSQL
 
     statement = PreparedSQL("kl_example", "SELECT %(b)s, %(a)s, %(b)s, 'x' LIKE 'x%%'")
     assert statement == "SELECT %(b)s, %(a)s, %(b)s, 'x' LIKE 'x%%'"
@@ -300,11 +301,11 @@ def test_a_prepared_statement_numbers_its_parameters_in_order() -> None:
 def test_every_prepared_statement_is_prepared_by_each_session() -> None:
     """A PreparedSQL the store runs as EXECUTE must be in the batch every
     session prepares (else EXECUTE fails: no such prepared statement)."""
-    from kilolock.store.postgres_prepared import PreparedSQL
+    from kilolock.store.postgres.prepared import PreparedSQL
 
-    statements = [value for value in vars(postgres_module).values()
+    statements = [value for value in vars(statements_module).values()
                   if isinstance(value, PreparedSQL)]
     assert len(statements) == 7
     assert len({statement.name for statement in statements}) == len(statements)
     for statement in statements:
-        assert statement.prepare in postgres_module._PREPARE_STATEMENTS
+        assert statement.prepare in statements_module.PREPARE_STATEMENTS

@@ -109,7 +109,7 @@ def store_backend(request: pytest.FixtureRequest) -> tuple[str, str | None]:
 def postgres_store(dsn: str, **options: Any) -> Any:
     from twisted.internet import reactor
 
-    from kilolock.store.postgres import PostgresStateStore
+    from kilolock.store.postgres.store import PostgresStateStore
 
     options.setdefault("pool_size", 4)
     return PostgresStateStore(dsn, reactor, **options)
@@ -1010,10 +1010,23 @@ async def test_start_upgrades_a_blank_database_once(blank_postgres_dsn: str) -> 
         connection.close()
 
 
+async def migrate(dsn: str) -> tuple[int, int] | None:
+    """Upgrade the database at C{dsn} as a store's start does, with one
+    connection; the (version found, version now) of the upgrade."""
+    store = postgres_store(dsn, pool_size=1)
+    await store.start()
+    try:
+        upgrade: tuple[int, int] | None = store.schema_upgrade
+        return upgrade
+    finally:
+        await store.stop()
+
+
 @pytest_twisted.ensureDeferred
 async def test_migrate_command_and_newer_schema(blank_postgres_dsn: str) -> None:
-    """migrate() upgrades and is idempotent; a database newer than the code is refused."""
-    from kilolock.store.schema import SCHEMA_VERSION, SchemaTooNew, migrate
+    """Starting a store upgrades and is idempotent; a database newer than the
+    code is refused."""
+    from kilolock.store.schema import SCHEMA_VERSION, SchemaTooNew
 
     assert await migrate(blank_postgres_dsn) == (0, SCHEMA_VERSION)
     assert await migrate(blank_postgres_dsn) == (SCHEMA_VERSION, SCHEMA_VERSION)
@@ -1073,12 +1086,12 @@ async def test_embedded_server_stops_with_the_store_and_keeps_data(
     """The embedded server starts with the store, stops with it, and data survives."""
     from twisted.internet import reactor
 
-    from kilolock.store.postgres import postgres_store_from_settings
+    from kilolock.store.postgres.store import postgres_store_from_settings
     from kilolock.tap import Settings
 
     settings = Settings(database_url=None, data_dir=str(private_postgres.data_dir))
     store = postgres_store_from_settings(settings, reactor)
-    store._embedded = private_postgres  # the fixture cleans up after a failure
+    store.runner.embedded = private_postgres  # the fixture cleans up after a failure
     await store.start()
     pid = postmaster_pid(private_postgres)
     assert pid is not None

@@ -3,6 +3,8 @@
 Used by tests and by C{--store memory} (integration tests of Terraform
 modules).  Each public method runs synchronously and returns an already-fired
 Deferred, so every operation is atomic exactly as a database transaction is.
+L{kilolock.state_rules} decides the lock matrix and the serial rule; the
+hosted half (L{ITenantStore}) is L{kilolock.store.memory_tenants.MemoryTenants}.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from datetime import datetime
 from typing import Any
 
 from attrs import define, evolve, field
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, maybeDeferred, succeed
+from twisted.python.components import proxyForInterface
 from zope.interface import implementer
 
+from kilolock import state_rules
 from kilolock.audit import (
     GENESIS,
     delete_detail,
@@ -23,12 +27,10 @@ from kilolock.audit import (
     unchained_event,
     write_detail,
 )
-from kilolock.errors import LockConflict, LockNotHeld, SerialConflict, StateNotFound
+from kilolock.errors import StateNotFound
 from kilolock.interfaces import IStateStore, ITenantStore
 from kilolock.model import (
     LOCK_ACQUIRE,
-    LOCK_FORCE_RELEASE,
-    LOCK_RELEASE,
     STATE_DELETE,
     STATE_WRITE,
     AuditEvent,
@@ -47,7 +49,8 @@ from kilolock.model import (
     utcnow,
 )
 from kilolock.resource_query import check_query, row_matches, state_matches
-from kilolock.store.memory_hosted import HostedMemoryState
+from kilolock.state_rules import Replay, holder_of
+from kilolock.store.memory_tenants import MemoryTenants
 
 
 @define
@@ -58,7 +61,9 @@ class _StoredVersion:
 
 
 @define
-class _State:
+class StoredState:
+    """One state: its versions, its lock."""
+
     created_at: datetime
     updated_at: datetime
     versions: list[_StoredVersion] = field(factory=list)
@@ -71,21 +76,24 @@ class _State:
         return self.versions[-1] if self.versions else None
 
 
-def _run(operation: Callable[[], Any]) -> Deferred[Any]:
-    try:
-        return succeed(operation())
-    except Exception:
-        return fail()
-
-
 @implementer(IStateStore, ITenantStore)
 @define
-class MemoryStateStore(HostedMemoryState):
-    """Every state, version, lock and event of every tenant, in dicts."""
+class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ignore[misc]
+    """Every state, version, lock and event of every tenant, in dicts.
+
+    L{ITenantStore} is forwarded to L{tenants} (Twisted's
+    C{proxyForInterface}: mypy cannot follow a base class made at run time),
+    which shares the states and the audit chain.
+    """
 
     clock: Callable[[], datetime] = utcnow
-    _states: dict[StateKey, _State] = field(factory=dict, init=False)
+    _states: dict[StateKey, StoredState] = field(factory=dict, init=False)
     _events: dict[str, list[AuditEvent]] = field(factory=dict, init=False)
+    tenants: MemoryTenants = field(init=False)
+
+    @tenants.default
+    def _tenants_sharing_this_store(self) -> MemoryTenants:
+        return MemoryTenants(self._states, self._append_event, self.clock)
 
     def start(self) -> Deferred[None]:
         return succeed(None)
@@ -100,7 +108,7 @@ class MemoryStateStore(HostedMemoryState):
         """Forget everything (used between tests of Terraform modules)."""
         self._states.clear()
         self._events.clear()
-        self.forget_tenants()
+        self.tenants.forget()
 
     # -- the state lane -------------------------------------------------
 
@@ -110,35 +118,26 @@ class MemoryStateStore(HostedMemoryState):
             current = state.current if state else None
             return current.raw if current else None
 
-        return _run(read)
+        return maybeDeferred(read)
 
     def write_state(self, key: StateKey, upload: StateUpload, lock_id: str | None,
                     principal: Principal, event_kind: str = STATE_WRITE,
                     event_detail: Mapping[str, Any] | None = None) -> Deferred[WriteOutcome]:
         def write() -> WriteOutcome:
             state = self._states.get(key)
-            self._check_lock(state, lock_id)
+            state_rules.check_write(lock_id, holder_of(state.lock if state else None))
             now = self.clock()
             if state is None:
-                self._check_state_owner(key)
-                state = self._states[key] = _State(created_at=now, updated_at=now)
+                self.tenants.check_state_owner(key)
+                state = self._states[key] = StoredState(created_at=now, updated_at=now)
             replayed = state.written.get((upload.parsed.serial, upload.sha256))
-            if replayed is not None:
-                return WriteOutcome(version=replayed, created=False)
             current = state.current
-            if current is not None and current.meta.serial == upload.parsed.serial:
-                raise SerialConflict(upload.parsed.serial)
-            number = state.versions[-1].meta.number + 1 if state.versions else 1
-            meta = StateVersion(
-                number=number,
-                serial=upload.parsed.serial,
-                lineage=upload.parsed.lineage,
-                sha256=upload.sha256,
-                size=len(upload.raw),
-                created_at=now,
-                principal=principal.name,
-                projected=upload.parsed.projection is not None,
-            )
+            decision = state_rules.decide_upload(
+                upload.parsed.serial, upload.sha256, () if replayed is None else (replayed,),
+                None if current is None else current.meta)
+            if isinstance(decision, Replay):
+                return WriteOutcome(version=decision.version, created=False)
+            meta = StateVersion.of_upload(upload, decision.number, now, principal.name)
             if current is not None:
                 # Only the current version's projection is ever read: drop
                 # the older one (thousands of row objects per state would
@@ -149,11 +148,11 @@ class MemoryStateStore(HostedMemoryState):
             state.updated_at = now
             self._append_event(key.tenant, event_kind, principal.name, key.path, now,
                                lock_id=lock_id, serial=meta.serial, sha256=meta.sha256,
-                               detail={**write_detail(number, meta.size, principal),
+                               detail={**write_detail(meta.number, meta.size, principal),
                                        **(event_detail or {})})
             return WriteOutcome(version=meta, created=True)
 
-        return _run(write)
+        return maybeDeferred(write)
 
     def delete_state(self, key: StateKey, lock_id: str | None,
                      principal: Principal) -> Deferred[None]:
@@ -161,13 +160,13 @@ class MemoryStateStore(HostedMemoryState):
             state = self._states.get(key)
             if state is None:
                 raise StateNotFound("no such state")
-            self._check_lock(state, lock_id)
+            state_rules.check_write(lock_id, holder_of(state.lock))
             del self._states[key]
             self._append_event(key.tenant, STATE_DELETE, principal.name, key.path,
                                self.clock(), lock_id=lock_id,
                                detail=delete_detail(len(state.versions), principal))
 
-        return _run(delete)
+        return maybeDeferred(delete)
 
     def acquire_lock(self, key: StateKey, info: LockInfo,
                      principal: Principal) -> Deferred[bool]:
@@ -175,37 +174,33 @@ class MemoryStateStore(HostedMemoryState):
             now = self.clock()
             state = self._states.get(key)
             if state is None:
-                self._check_state_owner(key)
-                state = self._states[key] = _State(created_at=now, updated_at=now)
-            if state.lock is not None:
-                if state.lock.info.id == info.id:
-                    return False
-                raise LockConflict(state.lock.info.raw, status=423)
+                self.tenants.check_state_owner(key)
+                state = self._states[key] = StoredState(created_at=now, updated_at=now)
+            if not state_rules.decide_lock(info.id, holder_of(state.lock)):
+                return False
             state.lock = HeldLock(info=info, acquired_at=now, principal=principal.name)
             self._append_event(key.tenant, LOCK_ACQUIRE, principal.name, key.path, now,
                                lock_id=info.id, detail=lock_detail(info, principal))
             return True
 
-        return _run(acquire)
+        return maybeDeferred(acquire)
 
     def release_lock(self, key: StateKey, lock_id: str | None,
                      principal: Principal) -> Deferred[HeldLock | None]:
         def release() -> HeldLock | None:
             state = self._states.get(key)
             held = state.lock if state else None
-            if held is None:
+            decision = state_rules.decide_unlock(lock_id, holder_of(held))
+            if decision is state_rules.Release.NOTHING:
                 return None
-            assert state is not None
-            if lock_id is not None and held.info.id != lock_id:
-                raise LockConflict(held.info.raw, status=409)
+            assert state is not None and held is not None
             state.lock = None
-            kind = LOCK_RELEASE if lock_id is not None else LOCK_FORCE_RELEASE
-            self._append_event(key.tenant, kind, principal.name, key.path, self.clock(),
-                               lock_id=held.info.id,
+            self._append_event(key.tenant, decision.event_kind, principal.name, key.path,
+                               self.clock(), lock_id=held.info.id,
                                detail=lock_detail(held.info, principal))
             return held
 
-        return _run(release)
+        return maybeDeferred(release)
 
     def get_lock(self, key: StateKey) -> Deferred[HeldLock | None]:
         state = self._states.get(key)
@@ -257,7 +252,7 @@ class MemoryStateStore(HostedMemoryState):
                             return found
             return found
 
-        return _run(select)
+        return maybeDeferred(select)
 
     def list_events(self, tenant: str, state_path: str | None = None,
                     kinds: Iterable[str] | None = None, since: datetime | None = None,
@@ -279,18 +274,7 @@ class MemoryStateStore(HostedMemoryState):
 
     # -- private --------------------------------------------------------
 
-    @staticmethod
-    def _check_lock(state: _State | None, lock_id: str | None) -> None:
-        held = state.lock if state else None
-        if lock_id is not None:
-            if held is None:
-                raise LockNotHeld()
-            if held.info.id != lock_id:
-                raise LockConflict(held.info.raw, status=423)
-        elif held is not None:
-            raise LockConflict(held.info.raw, status=423)
-
-    def _summary(self, key: StateKey, state: _State) -> StateSummary:
+    def _summary(self, key: StateKey, state: StoredState) -> StateSummary:
         current = state.current
         resources = current.projection.resources if current and current.projection else ()
         return StateSummary(

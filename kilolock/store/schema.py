@@ -3,10 +3,11 @@
 The files are package data (C{kilolock/store/schema/NNN_name.sql}).  A
 database records the files applied so far in C{schema_version}; L{ensure_schema}
 applies the missing ones, in order, in the caller's transaction.  It runs on
-every start of L{kilolock.store.postgres.PostgresStateStore} and from the
-explicit L{migrate} command, so applying it twice, or from two processes at
-once, is harmless: a transaction-scoped advisory lock (released by the commit,
-so it cannot leak behind a connection pooler) serialises concurrent upgraders.
+every start of the PostgreSQL store (L{kilolock.store.postgres.runner}) and
+from the explicit C{kilolock-migrate} command (L{kilolock.migrate}), so
+applying it twice, or from two processes at once, is harmless: a
+transaction-scoped advisory lock (released by the commit, so it cannot leak
+behind a connection pooler) serialises concurrent upgraders.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from attrs import frozen
 from twisted.internet.defer import Deferred
 
 __all__ = [
+    "OWNER_GONE_SQLSTATE",
     "SCHEMA_VERSION",
     "SchemaTooNew",
     "ensure_schema",
     "ensure_schema_blocking",
-    "migrate",
     "migrations",
     "schema_version",
 ]
@@ -41,6 +42,12 @@ CREATE TABLE IF NOT EXISTS schema_version (
     applied_at  timestamptz NOT NULL DEFAULT now()
 )
 """
+
+
+#: The SQLSTATE the schema's event trigger raises for a state event of a
+#: deleted tenant or environment (see C{002_hosted.sql}): the request's token
+#: was revoked with it after the request was let in.
+OWNER_GONE_SQLSTATE = "KL401"
 
 
 class SchemaTooNew(RuntimeError):
@@ -142,30 +149,3 @@ def ensure_schema_blocking(cursor: Any) -> tuple[int, int]:
         return result
     upgrade.close()
     raise TypeError("ensure_schema_blocking needs a cursor that runs synchronously")
-
-
-async def migrate(database_url: str | None, data_dir: str = "./kilolock-data",
-                  reactor: Any = None) -> tuple[int, int]:
-    """The C{migrate} command: upgrade the database at C{database_url}, or the
-    embedded one in C{data_dir} when the URL is None (started for the upgrade
-    and stopped again unless a running Kilolock also uses it).
-
-    @return: a coroutine giving (version found, version now).
-    """
-    from kilolock.store.postgres import PostgresStateStore
-
-    if reactor is None:
-        from twisted.internet import reactor as default_reactor
-
-        reactor = default_reactor
-    if database_url is None:
-        from kilolock.store.embedded import EmbeddedPostgres
-
-        store = PostgresStateStore.embedded(EmbeddedPostgres(data_dir), reactor, pool_size=1)
-    else:
-        store = PostgresStateStore(database_url, reactor, pool_size=1)
-    await store.start()
-    try:
-        return store.schema_upgrade or (SCHEMA_VERSION, SCHEMA_VERSION)
-    finally:
-        await store.stop()

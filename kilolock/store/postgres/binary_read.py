@@ -7,11 +7,12 @@ binary format: the server sends the bytea as it is stored (no hex text, no
 COPY framing) and the value arrives as one Python C{bytes}, copied once out
 of libpq's result (see L{select_single_bytea}).
 
-L{read_raw_state_txn} is a transaction of the blocking path
-(L{kilolock.store.postgres_bulk.BlockingSession}); the session runs its one
-statement here on a short-lived autocommit psycopg 3 connection opened with
-the store's own connection string (statement timeout, connect timeout,
-socket, ...), which the session cancels at the store's deadline.  psycopg 3's
+L{kilolock.store.postgres.large.read_raw_state_txn} is a transaction of the
+blocking path (L{kilolock.store.postgres.blocking.BlockingSession}); the
+session runs its one statement here on a short-lived autocommit psycopg 3
+connection opened with the store's own connection string (statement timeout,
+connect timeout, socket, ...), which the session cancels at the store's
+deadline.  psycopg 3's
 errors are raised as the psycopg2 errors the store already maps (an
 unreachable database is a 503 the same way on both paths).
 
@@ -28,24 +29,13 @@ import psycopg
 import psycopg2
 import psycopg2.extensions
 
-__all__ = ["cancel_read", "open_read_connection", "psycopg2_errors", "read_raw_state_txn",
-           "select_single_bytea"]
+__all__ = ["cancel_read", "open_read_connection", "psycopg2_errors", "select_single_bytea"]
 
 #: Seconds a cancel request (sent from the reactor thread at the deadline)
 #: may take to reach the server.
 CANCEL_TIMEOUT = 2.0
 #: PostgreSQL's type oid of bytea.
 _BYTEA_OID = 17
-
-
-async def read_raw_state_txn(cursor: Any, version_id: int) -> bytes | None:
-    """The raw state of version C{version_id}, selected in binary on a
-    psycopg 3 connection (a blocking transaction's cursor: see
-    L{kilolock.store.postgres_bulk.BlockingCursor.select_bytea}); None when
-    the version is gone."""
-    raw: bytes | None = cursor.select_bytea(
-        "SELECT raw_state FROM state_versions WHERE id = %s", (version_id,))
-    return raw
 
 
 def open_read_connection(dsn: str) -> psycopg.Connection[Any]:

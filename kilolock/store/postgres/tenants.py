@@ -1,28 +1,30 @@
-"""L{ITenantStore} in PostgreSQL: the hosted-mode half of L{PostgresStateStore}.
+"""L{ITenantStore} in PostgreSQL: the hosted-mode half of the store.
 
-A mixin: L{kilolock.store.postgres.PostgresStateStore} inherits it and
-provides C{_transaction}, C{_append_event_txn} and C{clock}.  Every public
-method is one transaction; every mutation first locks its tenant's row
-(C{FOR UPDATE}), which serialises the control-plane changes of one tenant
-(the event it appends would lock that row anyway: taking it first avoids
-deadlocks), and appends its event before committing.
+L{kilolock.store.postgres.store.PostgresStateStore} holds a
+L{PostgresTenants} made with its transaction runner and clock, and forwards
+L{ITenantStore} to it.  Every public method is one transaction; every
+mutation first locks its tenant's row (C{FOR UPDATE}), which serialises the
+control-plane changes of one tenant (the event it appends would lock that
+row anyway: taking it first avoids deadlocks), and appends its event
+(L{append_event_txn}) before committing.  The SQL stands beside its use.
 
 Uniqueness is the database's: slugs of live tenants, workspace names per
 tenant, environment names per workspace and live token names per tenant are
 unique indexes, written with C{INSERT ... ON CONFLICT DO NOTHING RETURNING}
 (never select-then-insert).  The schema's event trigger refuses state events
-of a deleted tenant or environment (SQLSTATE C{KL401}, see
-C{002_hosted.sql}); the store answers those with 401.
+of a deleted tenant or environment (L{kilolock.store.schema.OWNER_GONE_SQLSTATE});
+the runner answers those with 401.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from attrs import evolve
 from twisted.internet.defer import Deferred, fail
+from zope.interface import implementer
 
 from kilolock import hosted
 from kilolock.audit import control_detail, delete_detail
@@ -30,11 +32,11 @@ from kilolock.errors import (
     AlreadyExists,
     EnvironmentNotFound,
     InvalidField,
-    NotEmpty,
     TenantNotFound,
     TokenNotFound,
     WorkspaceNotFound,
 )
+from kilolock.interfaces import ITenantStore
 from kilolock.model import (
     ENVIRONMENT_CREATE,
     ENVIRONMENT_DELETE,
@@ -53,88 +55,29 @@ from kilolock.model import (
     TenantDeletion,
     Workspace,
 )
+from kilolock.store.postgres import rows
+from kilolock.store.postgres.events import append_event_txn
+from kilolock.store.postgres.rows import (
+    ENVIRONMENT_COLUMNS,
+    TENANT_COLUMNS,
+    TOKEN_COLUMNS,
+    WORKSPACE_COLUMNS,
+)
+from kilolock.store.postgres.runner import TransactionRunner
 
-if TYPE_CHECKING:
-    from kilolock.model import AuditEvent
+__all__ = ["PostgresTenants"]
 
 T = TypeVar("T")
 
-#: The SQLSTATE the event trigger raises for a state of a deleted tenant or
-#: environment.
-OWNER_GONE_SQLSTATE = "KL401"
 
-_TENANT_COLUMNS = "id, slug, name, created_at, deleted_at"
-_WORKSPACE_COLUMNS = "id, tenant_id, name, created_at"
-_ENVIRONMENT_COLUMNS = "id, workspace_id, tenant_id, name, created_at"
-_TOKEN_COLUMNS = ("id, tenant_id, name, workspace_id, env_public_id, scope, created_at,"  # noqa: S105
-                  " last_used_at, revoked_at")
+@implementer(ITenantStore)
+class PostgresTenants:
+    """Tenants, workspaces, environments and tokens in PostgreSQL, run by
+    C{runner}."""
 
-# One statement, one round trip: find the live token of a live tenant and,
-# when its last use was recorded more than the interval ago, record this one
-# (the update re-checks the condition under its row lock, so concurrent
-# requests record it once).
-_AUTHENTICATE = f"""
-WITH found AS (
-    SELECT t.id, t.last_used_at FROM api_tokens t JOIN tenants n ON n.id = t.tenant_id
-    WHERE t.token_hash = %(hash)s AND t.revoked_at IS NULL AND n.deleted_at IS NULL
-), touched AS (
-    UPDATE api_tokens SET last_used_at = %(now)s
-    WHERE id = (SELECT id FROM found)
-      AND (last_used_at IS NULL OR last_used_at <= %(stale)s)
-    RETURNING id, last_used_at
-)
-SELECT {", ".join("t." + column.strip() for column in _TOKEN_COLUMNS.split(","))},
-       (SELECT last_used_at FROM touched)
-FROM api_tokens t WHERE t.id = (SELECT id FROM found)
-"""  # noqa: S608 - constant columns; every value is a parameter
-
-
-def _utc(moment: datetime | None) -> datetime | None:
-    return None if moment is None else moment.astimezone(UTC)
-
-
-def _tenant(row: Any) -> Tenant:
-    id_, slug, name, created_at, deleted_at = row
-    return Tenant(id=id_, slug=slug, name=name, created_at=created_at.astimezone(UTC),
-                  deleted_at=_utc(deleted_at))
-
-
-def _workspace(row: Any) -> Workspace:
-    id_, tenant_id, name, created_at = row
-    return Workspace(id=id_, tenant_id=tenant_id, name=name,
-                     created_at=created_at.astimezone(UTC))
-
-
-def _environment(row: Any) -> Environment:
-    id_, workspace_id, tenant_id, name, created_at = row
-    return Environment(id=id_, workspace_id=workspace_id, tenant_id=tenant_id, name=name,
-                       created_at=created_at.astimezone(UTC))
-
-
-def _token(row: Any) -> ApiToken:
-    (id_, tenant_id, name, workspace_id, env_public_id, scope, created_at, last_used_at,
-     revoked_at) = row
-    return ApiToken(id=id_, tenant_id=tenant_id, name=name, workspace_id=workspace_id,
-                    env_public_id=env_public_id, scope=scope,
-                    created_at=created_at.astimezone(UTC), last_used_at=_utc(last_used_at),
-                    revoked_at=_utc(revoked_at))
-
-
-class HostedPostgresStore:
-    """Tenants, workspaces, environments and tokens in PostgreSQL."""
-
-    if TYPE_CHECKING:
-        # Provided by PostgresStateStore.
-        clock: Callable[[], datetime]
-
-        def _transaction(self, txn: Callable[..., Coroutine[Any, Any, T]],
-                         *args: Any) -> Deferred[T]: ...
-
-        async def _append_event_txn(self, cursor: Any, tenant: str, kind: str,
-                                    principal: str, state_path: str | None, at: datetime, *,
-                                    lock_id: str | None = None, serial: int | None = None,
-                                    sha256: str | None = None,
-                                    detail: dict[str, Any] | None = None) -> AuditEvent: ...
+    def __init__(self, runner: TransactionRunner, clock: Callable[[], datetime]) -> None:
+        self._runner = runner
+        self._clock = clock
 
     # -- tenants --------------------------------------------------------
 
@@ -146,46 +89,43 @@ class HostedPostgresStore:
             return fail()
 
         async def create(cursor: Any) -> Tenant:
-            now = self.clock()
-            await cursor.execute(
+            now = self._clock()
+            tenant = await self._inserted_txn(
+                cursor, rows.tenant,
                 f"INSERT INTO tenants (id, slug, name, created_at)"  # noqa: S608 - constants
                 " VALUES (%(id)s, %(slug)s, %(name)s, %(now)s)"
                 " ON CONFLICT (slug) WHERE slug IS NOT NULL AND deleted_at IS NULL DO NOTHING"
-                f" RETURNING {_TENANT_COLUMNS}",
+                f" RETURNING {TENANT_COLUMNS}",
                 {"id": hosted.new_tenant_id(), "slug": slug, "name": name, "now": now})
-            row = cursor.fetchone()
-            if row is None:
+            if tenant is None:
                 raise AlreadyExists("slug", f"a tenant with the slug {slug!r} exists")
-            tenant = _tenant(row)
-            workspace = await self._insert_workspace_txn(cursor, tenant.id,
-                                                         hosted.DEFAULT_NAME, now)
-            assert workspace is not None
-            environment = await self._insert_environment_txn(cursor, workspace,
-                                                             hosted.DEFAULT_NAME, now)
-            assert environment is not None
-            await self._append_event_txn(
+            created = await self._insert_workspace_txn(cursor, tenant.id, hosted.DEFAULT_NAME,
+                                                       now)
+            assert created is not None
+            workspace, environment = created
+            await append_event_txn(
                 cursor, tenant.id, TENANT_CREATE, actor.name, None, now,
                 detail=control_detail(actor, slug=slug, name=name, workspace_id=workspace.id,
                                       env_public_id=environment.id))
             return tenant
 
-        return self._transaction(create)
+        return self._runner.run_interaction(create)
 
     def list_tenants(self, include_deleted: bool = False) -> Deferred[list[Tenant]]:
         async def select(cursor: Any) -> list[Tenant]:
             await cursor.execute(
-                f"SELECT {_TENANT_COLUMNS} FROM tenants WHERE slug IS NOT NULL"  # noqa: S608
+                f"SELECT {TENANT_COLUMNS} FROM tenants WHERE slug IS NOT NULL"  # noqa: S608
                 + ("" if include_deleted else " AND deleted_at IS NULL")
                 + ' ORDER BY slug COLLATE "C", created_at, id')
-            return [_tenant(row) for row in cursor.fetchall()]
+            return [rows.tenant(row) for row in cursor.fetchall()]
 
-        return self._transaction(select)
+        return self._runner.run_interaction(select)
 
     def find_tenant(self, tenant: str) -> Deferred[Tenant | None]:
         async def find(cursor: Any) -> Tenant | None:
             return await self._find_tenant_txn(cursor, tenant)
 
-        return self._transaction(find)
+        return self._runner.run_interaction(find)
 
     def delete_tenant(self, tenant: str, actor: Principal,
                       delete_states: bool = False) -> Deferred[TenantDeletion]:
@@ -199,34 +139,30 @@ class HostedPostgresStore:
                 ' WHERE s.tenant_id = %s ORDER BY s.path COLLATE "C" FOR UPDATE OF s',
                 (found.id,))
             states = cursor.fetchall()
-            if states and not delete_states:
-                raise NotEmpty(f"the tenant has {len(states)} state(s); delete them first, or"
-                               " delete the tenant with ?states=delete")
-            locked = [path for _, path, is_locked, _ in states if is_locked]
-            if locked:
-                raise NotEmpty(f"{len(locked)} state(s) of the tenant are locked (e.g."
-                               f" {locked[0]}); unlock them first")
-            now = self.clock()
+            hosted.check_tenant_deletable(
+                len(states), [path for _, path, is_locked, _ in states if is_locked],
+                delete_states)
+            now = self._clock()
             if states:
                 await cursor.execute("DELETE FROM states WHERE tenant_id = %s", (found.id,))
             for _, path, _, versions in states:
-                await self._append_event_txn(cursor, found.id, STATE_DELETE, actor.name, path,
-                                             now, detail=delete_detail(versions, actor))
+                await append_event_txn(cursor, found.id, STATE_DELETE, actor.name, path, now,
+                                       detail=delete_detail(versions, actor))
             revoked = await self._revoke_txn(cursor, "tenant_id", found.id, now)
             await cursor.execute("DELETE FROM environments WHERE tenant_id = %s;"
                                  " DELETE FROM workspaces WHERE tenant_id = %s",
                                  (found.id, found.id))
             await cursor.execute(
                 f"UPDATE tenants SET deleted_at = %s WHERE id = %s"  # noqa: S608 - constants
-                f" RETURNING {_TENANT_COLUMNS}", (now, found.id))
-            deleted = _tenant(cursor.fetchone())
-            await self._append_event_txn(
+                f" RETURNING {TENANT_COLUMNS}", (now, found.id))
+            deleted = rows.tenant(cursor.fetchone())
+            await append_event_txn(
                 cursor, found.id, TENANT_DELETE, actor.name, None, now,
                 detail=control_detail(actor, slug=found.slug, deleted_states=len(states),
                                       revoked_tokens=list(revoked)))
             return TenantDeletion(deleted, tuple(path for _, path, _, _ in states), revoked)
 
-        return self._transaction(delete)
+        return self._runner.run_interaction(delete)
 
     # -- workspaces and environments -------------------------------------
 
@@ -238,51 +174,43 @@ class HostedPostgresStore:
 
         async def create(cursor: Any) -> Workspace:
             found = await self._live_tenant_txn(cursor, tenant)
-            now = self.clock()
-            workspace = await self._insert_workspace_txn(cursor, found.id, name, now)
-            if workspace is None:
+            now = self._clock()
+            created = await self._insert_workspace_txn(cursor, found.id, name, now)
+            if created is None:
                 raise AlreadyExists("name", f"the tenant has a workspace named {name!r}")
-            environment = await self._insert_environment_txn(cursor, workspace,
-                                                             hosted.DEFAULT_NAME, now)
-            assert environment is not None
-            await self._append_event_txn(
+            workspace, environment = created
+            await append_event_txn(
                 cursor, found.id, WORKSPACE_CREATE, actor.name, None, now,
                 detail=control_detail(actor, workspace_id=workspace.id, name=name,
                                       env_public_id=environment.id))
             return workspace
 
-        return self._transaction(create)
+        return self._runner.run_interaction(create)
 
     def list_workspaces(self, tenant: str) -> Deferred[list[Workspace]]:
-        async def select(cursor: Any) -> list[Workspace]:
-            found = await self._known_tenant_txn(cursor, tenant)
-            await cursor.execute(
-                f"SELECT {_WORKSPACE_COLUMNS} FROM workspaces"  # noqa: S608 - constants
-                ' WHERE tenant_id = %s ORDER BY name COLLATE "C"', (found.id,))
-            return [_workspace(row) for row in cursor.fetchall()]
-
-        return self._transaction(select)
+        return self._of_known_tenant(
+            tenant, f"SELECT {WORKSPACE_COLUMNS} FROM workspaces"  # noqa: S608 - constants
+            ' WHERE tenant_id = %s ORDER BY name COLLATE "C"', rows.workspace)
 
     def delete_workspace(self, tenant: str, workspace: str,
                          actor: Principal) -> Deferred[Workspace]:
         async def delete(cursor: Any) -> Workspace:
-            found = await self._live_tenant_txn(cursor, tenant)
-            target = await self._workspace_txn(cursor, found.id, workspace)
+            found, target = await self._live_workspace_txn(cursor, tenant, workspace)
             await self._refuse_states_under_txn(cursor, found.id, target.id + "/", "workspace")
-            now = self.clock()
+            now = self._clock()
             revoked = await self._revoke_txn(cursor, "workspace_id", target.id, now)
             await cursor.execute("DELETE FROM environments WHERE workspace_id = %s RETURNING id",
                                  (target.id,))
             environments = sorted(row[0] for row in cursor.fetchall())
             await cursor.execute("DELETE FROM workspaces WHERE id = %s", (target.id,))
-            await self._append_event_txn(
+            await append_event_txn(
                 cursor, found.id, WORKSPACE_DELETE, actor.name, None, now,
                 detail=control_detail(actor, workspace_id=target.id, name=target.name,
                                       env_public_ids=environments,
                                       revoked_tokens=list(revoked)))
             return target
 
-        return self._transaction(delete)
+        return self._runner.run_interaction(delete)
 
     def create_environment(self, tenant: str, workspace: str, name: str,
                            actor: Principal) -> Deferred[Environment]:
@@ -292,19 +220,18 @@ class HostedPostgresStore:
             return fail()
 
         async def create(cursor: Any) -> Environment:
-            found = await self._live_tenant_txn(cursor, tenant)
-            parent = await self._workspace_txn(cursor, found.id, workspace)
-            now = self.clock()
+            found, parent = await self._live_workspace_txn(cursor, tenant, workspace)
+            now = self._clock()
             environment = await self._insert_environment_txn(cursor, parent, name, now)
             if environment is None:
                 raise AlreadyExists("name", f"the workspace has an environment named {name!r}")
-            await self._append_event_txn(
+            await append_event_txn(
                 cursor, found.id, ENVIRONMENT_CREATE, actor.name, None, now,
                 detail=control_detail(actor, workspace_id=parent.id,
                                       env_public_id=environment.id, name=name))
             return environment
 
-        return self._transaction(create)
+        return self._runner.run_interaction(create)
 
     def list_environments(self, tenant: str,
                           workspace: str | None = None) -> Deferred[list[Environment]]:
@@ -316,30 +243,29 @@ class HostedPostgresStore:
                 parent = await self._workspace_txn(cursor, found.id, workspace)
                 condition, value = "workspace_id = %s", parent.id
             await cursor.execute(
-                f"SELECT {_ENVIRONMENT_COLUMNS} FROM environments"  # noqa: S608 - constants
+                f"SELECT {ENVIRONMENT_COLUMNS} FROM environments"  # noqa: S608 - constants
                 f' WHERE {condition} ORDER BY name COLLATE "C", workspace_id', (value,))
-            return [_environment(row) for row in cursor.fetchall()]
+            return [rows.environment(row) for row in cursor.fetchall()]
 
-        return self._transaction(select)
+        return self._runner.run_interaction(select)
 
     def delete_environment(self, tenant: str, workspace: str, environment: str,
                            actor: Principal) -> Deferred[Environment]:
         async def delete(cursor: Any) -> Environment:
-            found = await self._live_tenant_txn(cursor, tenant)
-            parent = await self._workspace_txn(cursor, found.id, workspace)
+            found, parent = await self._live_workspace_txn(cursor, tenant, workspace)
             target = await self._environment_txn(cursor, parent, environment)
             await self._refuse_states_under_txn(cursor, found.id,
                                                 f"{parent.id}/{target.id}/", "environment")
-            now = self.clock()
+            now = self._clock()
             revoked = await self._revoke_txn(cursor, "env_public_id", target.id, now)
             await cursor.execute("DELETE FROM environments WHERE id = %s", (target.id,))
-            await self._append_event_txn(
+            await append_event_txn(
                 cursor, found.id, ENVIRONMENT_DELETE, actor.name, None, now,
                 detail=control_detail(actor, workspace_id=parent.id, env_public_id=target.id,
                                       name=target.name, revoked_tokens=list(revoked)))
             return target
 
-        return self._transaction(delete)
+        return self._runner.run_interaction(delete)
 
     # -- tokens ---------------------------------------------------------
 
@@ -363,82 +289,107 @@ class HostedPostgresStore:
             except EnvironmentNotFound:
                 raise InvalidField("environment",
                                    "the workspace has no such environment") from None
-            now = self.clock()
+            now = self._clock()
             secret = hosted.new_token_secret()
-            await cursor.execute(
+            token = await self._inserted_txn(
+                cursor, rows.token,
                 "INSERT INTO api_tokens (id, tenant_id, name, token_hash, workspace_id,"  # noqa: S608
                 " env_public_id, scope, created_at)"
                 " VALUES (%(id)s, %(tenant)s, %(name)s, %(hash)s, %(workspace)s,"
                 " %(environment)s, %(scope)s, %(now)s)"
                 " ON CONFLICT (tenant_id, name) WHERE revoked_at IS NULL DO NOTHING"
-                f" RETURNING {_TOKEN_COLUMNS}",
+                f" RETURNING {TOKEN_COLUMNS}",
                 {"id": hosted.new_token_id(), "tenant": found.id, "name": name,
                  "hash": hosted.token_hash(secret), "workspace": parent.id,
                  "environment": target.id, "scope": scope, "now": now})
-            row = cursor.fetchone()
-            if row is None:
+            if token is None:
                 raise AlreadyExists("name", f"the tenant has a live token named {name!r}")
-            token = _token(row)
-            await self._append_event_txn(
+            await append_event_txn(
                 cursor, found.id, TOKEN_CREATE, actor.name, None, now,
                 detail=control_detail(actor, token_id=token.id, name=name, scope=scope,
                                       workspace_id=parent.id, env_public_id=target.id))
             return IssuedToken(token, secret)
 
-        return self._transaction(create)
+        return self._runner.run_interaction(create)
 
     def list_tokens(self, tenant: str) -> Deferred[list[ApiToken]]:
-        async def select(cursor: Any) -> list[ApiToken]:
-            found = await self._known_tenant_txn(cursor, tenant)
-            await cursor.execute(
-                f"SELECT {_TOKEN_COLUMNS} FROM api_tokens"  # noqa: S608 - constants
-                " WHERE tenant_id = %s ORDER BY created_at, id", (found.id,))
-            return [_token(row) for row in cursor.fetchall()]
-
-        return self._transaction(select)
+        return self._of_known_tenant(
+            tenant, f"SELECT {TOKEN_COLUMNS} FROM api_tokens"  # noqa: S608 - constants
+            " WHERE tenant_id = %s ORDER BY created_at, id", rows.token)
 
     def revoke_token(self, tenant: str, token_id: str, actor: Principal) -> Deferred[ApiToken]:
         async def revoke(cursor: Any) -> ApiToken:
             found = await self._live_tenant_txn(cursor, tenant)
             await cursor.execute(
-                f"SELECT {_TOKEN_COLUMNS} FROM api_tokens"  # noqa: S608 - constants
+                f"SELECT {TOKEN_COLUMNS} FROM api_tokens"  # noqa: S608 - constants
                 " WHERE id = %s AND tenant_id = %s FOR UPDATE", (token_id, found.id))
             row = cursor.fetchone()
             if row is None:
                 raise TokenNotFound("the tenant has no such token")
-            token = _token(row)
+            token = rows.token(row)
             if token.revoked_at is not None:
                 return token
-            now = self.clock()
+            now = self._clock()
             await cursor.execute(
                 f"UPDATE api_tokens SET revoked_at = %s WHERE id = %s"  # noqa: S608
-                f" RETURNING {_TOKEN_COLUMNS}", (now, token.id))
-            revoked = _token(cursor.fetchone())
-            await self._append_event_txn(
+                f" RETURNING {TOKEN_COLUMNS}", (now, token.id))
+            revoked = rows.token(cursor.fetchone())
+            await append_event_txn(
                 cursor, found.id, TOKEN_REVOKE, actor.name, None, now,
                 detail=control_detail(actor, token_id=token.id, name=token.name))
             return revoked
 
-        return self._transaction(revoke)
+        return self._runner.run_interaction(revoke)
+
+    # One statement, one round trip: find the live token of a live tenant and,
+    # when its last use was recorded more than the interval ago, record this one
+    # (the update re-checks the condition under its row lock, so concurrent
+    # requests record it once).
+    _AUTHENTICATE = f"""
+WITH found AS (
+    SELECT t.id, t.last_used_at FROM api_tokens t JOIN tenants n ON n.id = t.tenant_id
+    WHERE t.token_hash = %(hash)s AND t.revoked_at IS NULL AND n.deleted_at IS NULL
+), touched AS (
+    UPDATE api_tokens SET last_used_at = %(now)s
+    WHERE id = (SELECT id FROM found)
+      AND (last_used_at IS NULL OR last_used_at <= %(stale)s)
+    RETURNING id, last_used_at
+)
+SELECT {", ".join("t." + column.strip() for column in TOKEN_COLUMNS.split(","))},
+       (SELECT last_used_at FROM touched)
+FROM api_tokens t WHERE t.id = (SELECT id FROM found)
+"""  # noqa: S608 - constant columns; every value is a parameter
 
     def authenticate_token(self, token_hash: str) -> Deferred[ApiToken | None]:
         async def authenticate(cursor: Any) -> ApiToken | None:
-            now = self.clock()
-            await cursor.execute(_AUTHENTICATE, {
+            now = self._clock()
+            await cursor.execute(self._AUTHENTICATE, {
                 "hash": token_hash, "now": now,
                 "stale": now - timedelta(seconds=hosted.LAST_USED_INTERVAL)})
             row = cursor.fetchone()
             if row is None:
                 return None
             *columns, touched_at = row
-            token = _token(columns)
+            token = rows.token(columns)
             if touched_at is not None:
-                token = evolve(token, last_used_at=_utc(touched_at))
+                token = evolve(token, last_used_at=rows.utc(touched_at))
             return token
 
-        return self._transaction(authenticate)
+        return self._runner.run_interaction(authenticate)
 
     # -- transaction steps ----------------------------------------------
+
+    def _of_known_tenant(self, tenant: str, query: str,
+                         value: Callable[[Any], T]) -> Deferred[list[T]]:
+        """@return: a Deferred firing with the rows C{query} selects for a
+        known tenant (its id the one parameter), each made a C{value}."""
+
+        async def select(cursor: Any) -> list[T]:
+            found = await self._known_tenant_txn(cursor, tenant)
+            await cursor.execute(query, (found.id,))
+            return [value(row) for row in cursor.fetchall()]
+
+        return self._runner.run_interaction(select)
 
     async def _find_tenant_txn(self, cursor: Any, tenant: str, *,
                                lock: bool = False) -> Tenant | None:
@@ -447,10 +398,10 @@ class HostedPostgresStore:
         else:
             condition = "slug = %s AND deleted_at IS NULL"
         await cursor.execute(
-            f"SELECT {_TENANT_COLUMNS} FROM tenants WHERE {condition}"  # noqa: S608
+            f"SELECT {TENANT_COLUMNS} FROM tenants WHERE {condition}"  # noqa: S608
             + (" FOR UPDATE" if lock else ""), (tenant,))
         row = cursor.fetchone()
-        return None if row is None else _tenant(row)
+        return None if row is None else rows.tenant(row)
 
     async def _known_tenant_txn(self, cursor: Any, tenant: str) -> Tenant:
         found = await self._find_tenant_txn(cursor, tenant)
@@ -465,47 +416,69 @@ class HostedPostgresStore:
             raise TenantNotFound("no such tenant")
         return found
 
+    async def _live_workspace_txn(self, cursor: Any, tenant: str,
+                                  workspace: str) -> tuple[Tenant, Workspace]:
+        """A live tenant, its row locked, and one of its workspaces."""
+        found = await self._live_tenant_txn(cursor, tenant)
+        return found, await self._workspace_txn(cursor, found.id, workspace)
+
     async def _workspace_txn(self, cursor: Any, tenant_id: str, workspace: str) -> Workspace:
         column = "id" if hosted.is_public_id(workspace, hosted.WORKSPACE_PREFIX) else "name"
         await cursor.execute(
-            f"SELECT {_WORKSPACE_COLUMNS} FROM workspaces"  # noqa: S608 - constants
+            f"SELECT {WORKSPACE_COLUMNS} FROM workspaces"  # noqa: S608 - constants
             f" WHERE tenant_id = %s AND {column} = %s", (tenant_id, workspace))
         row = cursor.fetchone()
         if row is None:
             raise WorkspaceNotFound("the tenant has no such workspace")
-        return _workspace(row)
+        return rows.workspace(row)
 
     async def _environment_txn(self, cursor: Any, parent: Workspace,
                                environment: str) -> Environment:
         column = ("id" if hosted.is_public_id(environment, hosted.ENVIRONMENT_PREFIX)
                   else "name")
         await cursor.execute(
-            f"SELECT {_ENVIRONMENT_COLUMNS} FROM environments"  # noqa: S608 - constants
+            f"SELECT {ENVIRONMENT_COLUMNS} FROM environments"  # noqa: S608 - constants
             f" WHERE workspace_id = %s AND {column} = %s", (parent.id, environment))
         row = cursor.fetchone()
         if row is None:
             raise EnvironmentNotFound("the workspace has no such environment")
-        return _environment(row)
+        return rows.environment(row)
+
+    async def _inserted_txn(self, cursor: Any, value: Callable[[Any], T], statement: str,
+                            params: Any) -> T | None:
+        """Run an C{INSERT ... ON CONFLICT DO NOTHING RETURNING} (how a name
+        is taken: never select-then-insert).  @return: the inserted row made
+        a value by C{value}, or None when the name was taken."""
+        await cursor.execute(statement, params)
+        row = cursor.fetchone()
+        return None if row is None else value(row)
 
     async def _insert_workspace_txn(self, cursor: Any, tenant_id: str, name: str,
-                                    now: datetime) -> Workspace | None:
-        await cursor.execute(
+                                    now: datetime) -> tuple[Workspace, Environment] | None:
+        """Insert a workspace and the environment every workspace starts
+        with (L{hosted.DEFAULT_NAME}).  @return: both, or None when the
+        tenant has a workspace of that name."""
+        workspace = await self._inserted_txn(
+            cursor, rows.workspace,
             "INSERT INTO workspaces (id, tenant_id, name, created_at)"  # noqa: S608
             " VALUES (%s, %s, %s, %s) ON CONFLICT (tenant_id, name) DO NOTHING"
-            f" RETURNING {_WORKSPACE_COLUMNS}",
+            f" RETURNING {WORKSPACE_COLUMNS}",
             (hosted.new_workspace_id(), tenant_id, name, now))
-        row = cursor.fetchone()
-        return None if row is None else _workspace(row)
+        if workspace is None:
+            return None
+        environment = await self._insert_environment_txn(cursor, workspace,
+                                                         hosted.DEFAULT_NAME, now)
+        assert environment is not None
+        return workspace, environment
 
     async def _insert_environment_txn(self, cursor: Any, parent: Workspace, name: str,
                                       now: datetime) -> Environment | None:
-        await cursor.execute(
+        return await self._inserted_txn(
+            cursor, rows.environment,
             "INSERT INTO environments (id, workspace_id, tenant_id, name, created_at)"  # noqa: S608
             " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (workspace_id, name) DO NOTHING"
-            f" RETURNING {_ENVIRONMENT_COLUMNS}",
+            f" RETURNING {ENVIRONMENT_COLUMNS}",
             (hosted.new_environment_id(), parent.id, parent.tenant_id, name, now))
-        row = cursor.fetchone()
-        return None if row is None else _environment(row)
 
     async def _refuse_states_under_txn(self, cursor: Any, tenant_id: str, prefix: str,
                                        what: str) -> None:
@@ -513,8 +486,7 @@ class HostedPostgresStore:
             "SELECT count(*) FROM states WHERE tenant_id = %s AND starts_with(path, %s)",
             (tenant_id, prefix))
         (count,) = cursor.fetchone()
-        if count:
-            raise NotEmpty(f"the {what} has {count} state(s); delete them first")
+        hosted.check_no_states_under(what, count)
 
     async def _revoke_txn(self, cursor: Any, column: str, value: str,
                           now: datetime) -> tuple[str, ...]:

@@ -1,19 +1,21 @@
 """L{ITenantStore} in memory: the hosted-mode half of L{MemoryStateStore}.
 
-A mixin: L{kilolock.store.memory.MemoryStateStore} inherits it, so one object
-provides both interfaces and tenants live next to the states they own.  Each
-method runs synchronously and completes or raises before changing anything,
-like one database transaction.
+L{kilolock.store.memory.MemoryStateStore} holds a L{MemoryTenants} and
+provides L{ITenantStore} by forwarding to it; the two share the dict of
+states (a tenant is deleted with its states) and the audit chain, both handed
+to L{MemoryTenants} when it is made.  Each method runs synchronously and
+completes or raises before changing anything, like one database transaction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from attrs import define, evolve, field
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, maybeDeferred, succeed
+from zope.interface import implementer
 
 from kilolock import hosted
 from kilolock.audit import control_detail, delete_detail
@@ -21,12 +23,12 @@ from kilolock.errors import (
     AlreadyExists,
     EnvironmentNotFound,
     InvalidField,
-    NotEmpty,
     TenantNotFound,
     TokenNotFound,
     Unauthorized,
     WorkspaceNotFound,
 )
+from kilolock.interfaces import ITenantStore
 from kilolock.model import (
     ENVIRONMENT_CREATE,
     ENVIRONMENT_DELETE,
@@ -49,37 +51,36 @@ from kilolock.model import (
 
 if TYPE_CHECKING:
     from kilolock.model import AuditEvent
+    from kilolock.store.memory import StoredState
 
 
-def _run(operation: Callable[[], Any]) -> Deferred[Any]:
-    try:
-        return succeed(operation())
-    except Exception:
-        return fail()
+class AppendEvent(Protocol):
+    """Appends an event to a tenant's audit chain (the store's chain)."""
+
+    def __call__(self, tenant: str, kind: str, principal: str, state_path: str | None,
+                 at: datetime, *, detail: dict[str, Any] | None = None) -> AuditEvent: ...
 
 
+@implementer(ITenantStore)
 @define
-class HostedMemoryState:
-    """Tenants, workspaces, environments and tokens in dicts (by id)."""
+class MemoryTenants:
+    """Tenants, workspaces, environments and tokens in dicts (by id).
 
+    @ivar _states: the store's states (read and deleted here when a tenant,
+        workspace or environment goes).
+    @ivar _append_event: appends to the store's audit chain.
+    """
+
+    _states: dict[StateKey, StoredState]
+    _append_event: AppendEvent
+    clock: Callable[[], datetime]
     _tenants: dict[str, Tenant] = field(factory=dict, init=False)
     _workspaces: dict[str, Workspace] = field(factory=dict, init=False)
     _environments: dict[str, Environment] = field(factory=dict, init=False)
     _tokens: dict[str, ApiToken] = field(factory=dict, init=False)
     _token_hashes: dict[str, str] = field(factory=dict, init=False)
 
-    if TYPE_CHECKING:
-        # Provided by MemoryStateStore.
-        clock: Callable[[], datetime]
-        _states: dict[StateKey, Any]
-
-        def _append_event(self, tenant: str, kind: str, principal: str,
-                          state_path: str | None, at: datetime, *,
-                          lock_id: str | None = None, serial: int | None = None,
-                          sha256: str | None = None,
-                          detail: dict[str, Any] | None = None) -> AuditEvent: ...
-
-    def forget_tenants(self) -> None:
+    def forget(self) -> None:
         """Drop every tenant, workspace, environment and token."""
         for table in (self._tenants, self._workspaces, self._environments, self._tokens,
                       self._token_hashes):
@@ -107,7 +108,7 @@ class HostedMemoryState:
                                                      env_public_id=environment.id))
             return tenant
 
-        return _run(create)
+        return maybeDeferred(create)
 
     def list_tenants(self, include_deleted: bool = False) -> Deferred[list[Tenant]]:
         return succeed(sorted(
@@ -124,13 +125,9 @@ class HostedMemoryState:
             found = self._live(tenant)
             keys = sorted((key for key in self._states if key.tenant == found.id),
                           key=lambda key: key.path)
-            if keys and not delete_states:
-                raise NotEmpty(f"the tenant has {len(keys)} state(s); delete them first, or"
-                               " delete the tenant with ?states=delete")
-            locked = [key.path for key in keys if self._states[key].lock is not None]
-            if locked:
-                raise NotEmpty(f"{len(locked)} state(s) of the tenant are locked (e.g."
-                               f" {locked[0]}); unlock them first")
+            hosted.check_tenant_deletable(
+                len(keys), [key.path for key in keys if self._states[key].lock is not None],
+                delete_states)
             now = self.clock()
             for key in keys:
                 state = self._states.pop(key)
@@ -149,7 +146,7 @@ class HostedMemoryState:
                                                      revoked_tokens=list(revoked)))
             return TenantDeletion(deleted, tuple(key.path for key in keys), revoked)
 
-        return _run(delete)
+        return maybeDeferred(delete)
 
     # -- workspaces and environments -------------------------------------
 
@@ -170,7 +167,7 @@ class HostedMemoryState:
                                                      name=name, env_public_id=environment.id))
             return workspace
 
-        return _run(create)
+        return maybeDeferred(create)
 
     def list_workspaces(self, tenant: str) -> Deferred[list[Workspace]]:
         def select() -> list[Workspace]:
@@ -178,13 +175,12 @@ class HostedMemoryState:
             return sorted((w for w in self._workspaces.values() if w.tenant_id == found.id),
                           key=lambda w: w.name)
 
-        return _run(select)
+        return maybeDeferred(select)
 
     def delete_workspace(self, tenant: str, workspace: str,
                          actor: Principal) -> Deferred[Workspace]:
         def delete() -> Workspace:
-            found = self._live(tenant)
-            target = self._workspace(found.id, workspace)
+            found, target = self._live_workspace(tenant, workspace)
             self._refuse_states_under(found.id, target.id + "/", "workspace")
             now = self.clock()
             revoked = self._revoke_where(lambda token: token.workspace_id == target.id, now)
@@ -200,13 +196,12 @@ class HostedMemoryState:
                                    revoked_tokens=list(revoked)))
             return target
 
-        return _run(delete)
+        return maybeDeferred(delete)
 
     def create_environment(self, tenant: str, workspace: str, name: str,
                            actor: Principal) -> Deferred[Environment]:
         def create() -> Environment:
-            found = self._live(tenant)
-            parent = self._workspace(found.id, workspace)
+            found, parent = self._live_workspace(tenant, workspace)
             hosted.check_name(name, "name")
             if any(e.workspace_id == parent.id and e.name == name
                    for e in self._environments.values()):
@@ -220,7 +215,7 @@ class HostedMemoryState:
                                                      env_public_id=environment.id, name=name))
             return environment
 
-        return _run(create)
+        return maybeDeferred(create)
 
     def list_environments(self, tenant: str,
                           workspace: str | None = None) -> Deferred[list[Environment]]:
@@ -232,13 +227,12 @@ class HostedMemoryState:
                            and (parent is None or e.workspace_id == parent.id)),
                           key=lambda e: (e.name, e.workspace_id))
 
-        return _run(select)
+        return maybeDeferred(select)
 
     def delete_environment(self, tenant: str, workspace: str, environment: str,
                            actor: Principal) -> Deferred[Environment]:
         def delete() -> Environment:
-            found = self._live(tenant)
-            parent = self._workspace(found.id, workspace)
+            found, parent = self._live_workspace(tenant, workspace)
             target = self._environment(parent, environment)
             self._refuse_states_under(found.id, f"{parent.id}/{target.id}/", "environment")
             now = self.clock()
@@ -250,7 +244,7 @@ class HostedMemoryState:
                                                      revoked_tokens=list(revoked)))
             return target
 
-        return _run(delete)
+        return maybeDeferred(delete)
 
     # -- tokens ---------------------------------------------------------
 
@@ -285,7 +279,7 @@ class HostedMemoryState:
                                                      env_public_id=target.id))
             return IssuedToken(token, secret)
 
-        return _run(create)
+        return maybeDeferred(create)
 
     def list_tokens(self, tenant: str) -> Deferred[list[ApiToken]]:
         def select() -> list[ApiToken]:
@@ -293,7 +287,7 @@ class HostedMemoryState:
             return sorted((t for t in self._tokens.values() if t.tenant_id == found.id),
                           key=lambda t: (t.created_at, t.id))
 
-        return _run(select)
+        return maybeDeferred(select)
 
     def revoke_token(self, tenant: str, token_id: str, actor: Principal) -> Deferred[ApiToken]:
         def revoke() -> ApiToken:
@@ -309,7 +303,7 @@ class HostedMemoryState:
                                detail=control_detail(actor, token_id=token.id, name=token.name))
             return revoked
 
-        return _run(revoke)
+        return maybeDeferred(revoke)
 
     def authenticate_token(self, token_hash: str) -> Deferred[ApiToken | None]:
         token_id = self._token_hashes.get(token_hash)
@@ -327,7 +321,7 @@ class HostedMemoryState:
 
     # -- used by the state lane -----------------------------------------
 
-    def _check_state_owner(self, key: StateKey) -> None:
+    def check_state_owner(self, key: StateKey) -> None:
         """Refuse to create a state of a hosted tenant that was deleted, or
         under an environment that does not exist (the token that authorised
         the request was revoked with it after the request was let in)."""
@@ -365,6 +359,11 @@ class HostedMemoryState:
             raise TenantNotFound("no such tenant")
         return found
 
+    def _live_workspace(self, tenant: str, workspace: str) -> tuple[Tenant, Workspace]:
+        """A live tenant and one of its workspaces."""
+        found = self._live(tenant)
+        return found, self._workspace(found.id, workspace)
+
     def _workspace(self, tenant_id: str, workspace: str) -> Workspace:
         for candidate in self._workspaces.values():
             if candidate.tenant_id == tenant_id and workspace in (candidate.id, candidate.name):
@@ -379,10 +378,8 @@ class HostedMemoryState:
         raise EnvironmentNotFound("the workspace has no such environment")
 
     def _refuse_states_under(self, tenant_id: str, prefix: str, what: str) -> None:
-        count = sum(1 for key in self._states
-                    if key.tenant == tenant_id and key.path.startswith(prefix))
-        if count:
-            raise NotEmpty(f"the {what} has {count} state(s); delete them first")
+        hosted.check_no_states_under(what, sum(
+            1 for key in self._states if key.tenant == tenant_id and key.path.startswith(prefix)))
 
     def _revoke_where(self, revoke: Callable[[ApiToken], bool],
                       now: datetime) -> tuple[str, ...]:

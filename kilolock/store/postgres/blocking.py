@@ -16,9 +16,9 @@ also get COPY and binary results:
     Deferred), inside one transaction: committed when it returns, rolled back
     when it raises;
   - L{BlockingCursor.select_bytea} reads one bytea with a binary result on a
-    psycopg 3 connection (L{kilolock.store.postgres_read}: how the store reads
-    a large state): the bytes as stored, neither hex-encoded by the server
-    nor decoded here;
+    psycopg 3 connection (L{kilolock.store.postgres.binary_read}: how the
+    store reads a large state): the bytes as stored, neither hex-encoded by
+    the server nor decoded here;
   - L{BlockingCursor.copy_in} streams rows into a table with C{COPY ... FROM
     STDIN}: L{binary_copy} (a state's bytes go in as they are: no SQL literal
     for the server to scan, no quoted copy here) or L{text_copy} (projection
@@ -26,7 +26,9 @@ also get COPY and binary results:
   - L{BlockingSession.cancel} (from any thread) cancels the running statement,
     so an overall deadline holds.
 
-Nothing here logs query parameters or the connection string.
+The transactions themselves are L{kilolock.store.postgres.large}'s; this
+module knows nothing of states.  Nothing here logs query parameters or the
+connection string.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import psycopg2
 from psycopg2.extensions import register_type
 from twisted.internet.defer import Deferred, succeed
 
-from kilolock.store import postgres_read
+from kilolock.store.postgres import binary_read
 
 __all__ = ["BlockingCursor", "BlockingSession", "binary_copy", "text_copy"]
 
@@ -188,7 +190,7 @@ class BlockingSession:
 
     The psycopg2 connection is opened at the transaction's first statement;
     a transaction that only calls L{BlockingCursor.select_bytea} opens a
-    psycopg 3 connection instead (see L{kilolock.store.postgres_read}).
+    psycopg 3 connection instead (see L{kilolock.store.postgres.binary_read}).
 
     @param dsn: the libpq connection string (with Kilolock's session settings:
         statement timeout, connect timeout, ...).
@@ -242,12 +244,12 @@ class BlockingSession:
 
     def select_bytea(self, query: str, params: Any = None) -> bytes | None:
         """See L{BlockingCursor.select_bytea}: psycopg 3's errors are raised
-        as psycopg2's (L{postgres_read.psycopg2_errors})."""
-        with postgres_read.psycopg2_errors():
-            connection = postgres_read.open_read_connection(self._dsn)
+        as psycopg2's (L{binary_read.psycopg2_errors})."""
+        with binary_read.psycopg2_errors():
+            connection = binary_read.open_read_connection(self._dsn)
             try:
-                self._watch(connection, lambda: postgres_read.cancel_read(connection))
-                return postgres_read.select_single_bytea(connection, query, params)
+                self._watch(connection, lambda: binary_read.cancel_read(connection))
+                return binary_read.select_single_bytea(connection, query, params)
             finally:
                 self._unwatch(connection)
                 connection.close()

@@ -1,0 +1,114 @@
+"""The audit chain in PostgreSQL: appending an event, inside the caller's
+transaction, and the two calls of L{IStateStore} about events.
+
+Events are chained per tenant: the chain head (last seq and hash) is kept on
+the tenant row, which an append locks; the hash is PostgreSQL's sha256()
+over the text L{kilolock.audit.event_hash} hashes
+(L{kilolock.audit.event_hash_template}), so both stores chain alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from attrs import evolve
+from twisted.internet.defer import Deferred
+
+from kilolock.audit import event_hash_template, unchained_event
+from kilolock.model import AuditEvent
+from kilolock.store.postgres import rows, statements
+from kilolock.store.postgres.runner import TransactionRunner
+
+__all__ = ["PostgresEvents", "append_event_and_commit_txn", "append_event_txn",
+           "event_parameters"]
+
+
+def event_parameters(tenant: str, kind: str, principal: str, state_path: str | None,
+                     at: datetime, *, lock_id: str | None = None, serial: int | None = None,
+                     sha256: str | None = None,
+                     detail: Mapping[str, Any] | None = None) -> tuple[AuditEvent, dict[str, Any]]:
+    """An event (seq and hashes still to come) and the parameters of
+    L{statements.APPEND_EVENT_STEPS} that append it."""
+    event = unchained_event(tenant, kind, principal, state_path, at, lock_id=lock_id,
+                            serial=serial, sha256=sha256, detail=detail)
+    prefix, suffix = event_hash_template(event)
+    return event, {
+        "tenant": tenant, "kind": kind, "path": state_path, "principal": principal,
+        "at": at, "lock_id": lock_id, "serial": serial, "sha256": sha256,
+        "detail": event.detail, "prefix": prefix, "suffix": suffix,
+    }
+
+
+async def append_event_txn(cursor: Any, tenant: str, kind: str, principal: str,
+                           state_path: str | None, at: datetime, *,
+                           lock_id: str | None = None, serial: int | None = None,
+                           sha256: str | None = None,
+                           detail: dict[str, Any] | None = None) -> AuditEvent:
+    """Append an event to the tenant's chain in one statement: lock the
+    chain head on the tenant row, link, hash, insert, move the head.  A
+    missing tenant is created first.
+
+    @return: the appended L{AuditEvent}."""
+    event, params = event_parameters(tenant, kind, principal, state_path, at,
+                                     lock_id=lock_id, serial=serial, sha256=sha256,
+                                     detail=detail)
+    await cursor.execute(statements.APPEND_EVENT, params)
+    row = cursor.fetchone()
+    if row is None:  # no such tenant yet
+        await cursor.execute(statements.CREATE_TENANT, (tenant,))
+        await cursor.execute(statements.APPEND_EVENT, params)
+        row = cursor.fetchone()
+    seq, prev_hash, hash_ = row
+    return evolve(event, seq=seq, prev_hash=prev_hash, hash=hash_)
+
+
+async def append_event_and_commit_txn(cursor: Any, tenant: str, kind: str, principal: str,
+                                      state_path: str | None, at: datetime, *,
+                                      lock_id: str | None = None, serial: int | None = None,
+                                      sha256: str | None = None,
+                                      detail: dict[str, Any] | None = None) -> None:
+    """L{append_event_txn} as a transaction's last statement, with the
+    COMMIT in the same round trip.  Only for a tenant that exists: one with
+    a state row (a foreign key), as every state-lane event has."""
+    _, params = event_parameters(tenant, kind, principal, state_path, at,
+                                 lock_id=lock_id, serial=serial, sha256=sha256, detail=detail)
+    await cursor.execute(statements.APPEND_EVENT, params, commit=True)
+
+
+class PostgresEvents:
+    """Reading a tenant's chain and appending control-plane events."""
+
+    def __init__(self, runner: TransactionRunner, clock: Callable[[], datetime]) -> None:
+        self._runner = runner
+        self._clock = clock
+
+    def list_events(self, tenant: str, state_path: str | None = None,
+                    kinds: Iterable[str] | None = None, since: datetime | None = None,
+                    until: datetime | None = None) -> Deferred[list[AuditEvent]]:
+        """@return: a Deferred firing with the tenant's events in chain order,
+        filtered by state path, kinds and the time range [since, until)."""
+        wanted = None if kinds is None else list(kinds)
+        query = statements.select_events(state_path, wanted, since, until)
+        params = {"tenant": tenant, "path": state_path, "kinds": wanted,
+                  "since": since, "until": until}
+
+        async def select(cursor: Any) -> list[AuditEvent]:
+            await cursor.execute(query, params)
+            return [rows.event(row) for row in cursor.fetchall()]
+
+        return self._runner.run_interaction(select)
+
+    def record_event(self, tenant: str, kind: str, principal: str,
+                     state_path: str | None = None,
+                     detail: dict[str, Any] | None = None) -> Deferred[AuditEvent]:
+        """Append a control-plane event to the tenant's chain.
+
+        @return: a Deferred firing with the new L{AuditEvent}."""
+
+        async def record(cursor: Any) -> AuditEvent:
+            return await append_event_txn(cursor, tenant, kind, principal, state_path,
+                                          self._clock(), detail=detail or {})
+
+        return self._runner.run_interaction(record)

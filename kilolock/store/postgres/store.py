@@ -1,0 +1,200 @@
+"""The PostgreSQL L{IStateStore} and L{ITenantStore}: its parts, put together.
+
+The store is a composition, each part made with what it needs:
+
+  - a L{TransactionRunner} (the pool, deadlines, retries, the 503),
+  - L{PostgresStates} (writes, deletes, LOCK, UNLOCK) and L{PostgresReads},
+  - L{PostgresEvents} (the audit chain's calls),
+  - L{PostgresTenants} (hosted mode), to which L{ITenantStore} is forwarded
+    whole.
+
+Below this module, every public method is one transaction run by the
+runner; nothing blocks the reactor thread; nothing logs state bytes, query
+parameters or the connection string.  The behaviour is exactly
+L{kilolock.store.memory.MemoryStateStore}'s (one contract suite runs on
+both); what PostgreSQL adds is durability and correctness across processes
+sharing one database (see L{kilolock.store.postgres.states}).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.python.components import proxyForInterface
+from zope.interface import implementer
+
+from kilolock.interfaces import IHealthCheck, IStateStore, ITenantStore
+from kilolock.model import (
+    STATE_WRITE,
+    AuditEvent,
+    HeldLock,
+    LockInfo,
+    Principal,
+    Projection,
+    ResourceMatch,
+    ResourceQuery,
+    StateKey,
+    StateSummary,
+    StateUpload,
+    StateVersion,
+    StoreProbe,
+    WriteOutcome,
+    utcnow,
+)
+from kilolock.store.embedded import EmbeddedPostgres
+from kilolock.store.postgres.dsn import CONNECT_TIMEOUT, STATEMENT_TIMEOUT
+from kilolock.store.postgres.events import PostgresEvents
+from kilolock.store.postgres.reads import PostgresReads
+from kilolock.store.postgres.runner import (
+    DEFAULT_POOL_SIZE,
+    OPERATION_TIMEOUT,
+    RunnerSettings,
+    TransactionRunner,
+)
+from kilolock.store.postgres.statements import PREPARE_STATEMENTS
+from kilolock.store.postgres.states import PostgresStates
+from kilolock.store.postgres.tenants import PostgresTenants
+
+__all__ = ["PostgresStateStore", "postgres_store_from_settings"]
+
+
+@implementer(IStateStore, ITenantStore, IHealthCheck)
+class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ignore[misc]
+    """States, versions, locks, projection rows, audit events and tenants in
+    PostgreSQL.  L{ITenantStore} is forwarded whole to L{tenants} (Twisted's
+    C{proxyForInterface}: mypy cannot follow a base class made at run time);
+    each L{IStateStore} method to the part that runs it (the contracts are
+    L{IStateStore}'s).
+
+    With C{prepared_statements} (the default) every pooled session prepares
+    the write cycle's statements (see L{kilolock.store.postgres.prepared});
+    turn it off for a connection pooler that does not keep sessions (e.g.
+    PgBouncer in transaction mode).
+
+    @ivar runner: the L{TransactionRunner} every part runs its transactions on.
+    @ivar tenants: the L{PostgresTenants}.
+    """
+
+    def __init__(self, database_url: str | None, reactor: Any, *,
+                 pool_size: int = DEFAULT_POOL_SIZE,
+                 connect_timeout: float = CONNECT_TIMEOUT,
+                 statement_timeout: float = STATEMENT_TIMEOUT,
+                 operation_timeout: float = OPERATION_TIMEOUT,
+                 clock: Callable[[], datetime] = utcnow,
+                 embedded: EmbeddedPostgres | None = None,
+                 prepared_statements: bool = True) -> None:
+        self._prepared_statements = prepared_statements
+        self.runner = TransactionRunner(database_url, reactor, RunnerSettings(
+            pool_size=pool_size, connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout, operation_timeout=operation_timeout,
+            prepare_sql=PREPARE_STATEMENTS if prepared_statements else None), embedded=embedded)
+        self._states = PostgresStates(self.runner, clock)
+        self._reads = PostgresReads(self.runner)
+        self._events = PostgresEvents(self.runner, clock)
+        self.tenants = PostgresTenants(self.runner, clock)
+
+    @classmethod
+    def embedded(cls, server: EmbeddedPostgres, reactor: Any,
+                 **options: Any) -> PostgresStateStore:
+        """A store on an embedded PostgreSQL that it starts and stops itself."""
+        return cls(None, reactor, embedded=server, **options)
+
+    @property
+    def reachable(self) -> bool:
+        """True when the last contact with the database worked."""
+        return self.runner.reachable
+
+    @property
+    def schema_upgrade(self) -> tuple[int, int] | None:
+        """(version found, version now) of the last schema check, or None
+        before the first."""
+        return self.runner.schema_upgrade
+
+    # -- lifecycle: the runner ------------------------------------------
+
+    def start(self) -> Deferred[None]:
+        """Connect (starting the embedded server first if there is one) and
+        bring the schema up to date; see L{TransactionRunner.start}."""
+        return self.runner.start()
+
+    def stop(self) -> Deferred[None]:
+        """Let running calls finish, close every connection, stop the
+        embedded server if this store started it; see
+        L{TransactionRunner.stop}."""
+        return self.runner.stop()
+
+    def probe(self) -> Deferred[StoreProbe]:
+        """See L{TransactionRunner.probe}."""
+        return self.runner.probe()
+
+    # -- writes and locks: PostgresStates ---------------------------------
+
+    def write_state(self, key: StateKey, upload: StateUpload, lock_id: str | None,
+                    principal: Principal, event_kind: str = STATE_WRITE,
+                    event_detail: Mapping[str, Any] | None = None) -> Deferred[WriteOutcome]:
+        return self._states.write_state(key, upload, lock_id, principal, event_kind,
+                                        event_detail)
+
+    def delete_state(self, key: StateKey, lock_id: str | None,
+                     principal: Principal) -> Deferred[None]:
+        return self._states.delete_state(key, lock_id, principal)
+
+    def acquire_lock(self, key: StateKey, info: LockInfo,
+                     principal: Principal) -> Deferred[bool]:
+        return self._states.acquire_lock(key, info, principal)
+
+    def release_lock(self, key: StateKey, lock_id: str | None,
+                     principal: Principal) -> Deferred[HeldLock | None]:
+        return self._states.release_lock(key, lock_id, principal)
+
+    def get_lock(self, key: StateKey) -> Deferred[HeldLock | None]:
+        return self._states.get_lock(key)
+
+    # -- reads: PostgresReads ---------------------------------------------
+
+    def read_current(self, key: StateKey) -> Deferred[bytes | None]:
+        return self._reads.read_current(key)
+
+    def read_version(self, key: StateKey, number: int) -> Deferred[bytes | None]:
+        return self._reads.read_version(key, number)
+
+    def get_summary(self, key: StateKey) -> Deferred[StateSummary | None]:
+        return self._reads.get_summary(key)
+
+    def list_states(self, tenant: str) -> Deferred[list[StateSummary]]:
+        return self._reads.list_states(tenant)
+
+    def list_versions(self, key: StateKey) -> Deferred[list[StateVersion]]:
+        return self._reads.list_versions(key)
+
+    def get_projection(self, key: StateKey) -> Deferred[Projection | None]:
+        return self._reads.get_projection(key)
+
+    def query_resources(self, tenant: str,
+                        query: ResourceQuery) -> Deferred[list[ResourceMatch]]:
+        return self._reads.query_resources(tenant, query)
+
+    # -- the audit chain: PostgresEvents ----------------------------------
+
+    def list_events(self, tenant: str, state_path: str | None = None,
+                    kinds: Iterable[str] | None = None, since: datetime | None = None,
+                    until: datetime | None = None) -> Deferred[list[AuditEvent]]:
+        return self._events.list_events(tenant, state_path, kinds, since, until)
+
+    def record_event(self, tenant: str, kind: str, principal: str,
+                     state_path: str | None = None,
+                     detail: dict[str, Any] | None = None) -> Deferred[AuditEvent]:
+        return self._events.record_event(tenant, kind, principal, state_path, detail)
+
+
+def postgres_store_from_settings(settings: Any, reactor: Any) -> PostgresStateStore:
+    """The store C{twistd kilolock} uses: the database at C{settings.database_url},
+    or the embedded PostgreSQL in C{settings.data_dir} when there is no URL."""
+    prepared = getattr(settings, "prepared_statements", "on") == "on"
+    if settings.database_url:
+        return PostgresStateStore(settings.database_url, reactor, prepared_statements=prepared)
+    return PostgresStateStore.embedded(EmbeddedPostgres(settings.data_dir), reactor,
+                                       prepared_statements=prepared)
