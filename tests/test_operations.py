@@ -451,7 +451,7 @@ def test_metrics_report_database_pool_health(kilolock_server: Any,
                  if line and not line.startswith("#"))
     assert float(lines["kilolock_database_up"]) == 1
     if "postgres" in server_store.args:
-        from kilolock.store.postgres import DEFAULT_POOL_SIZE
+        from kilolock.store.postgres.runner import DEFAULT_POOL_SIZE
 
         alive = float(lines['kilolock_database_connections{state="alive"}'])
         total = float(lines['kilolock_database_connections{state="total"}'])
