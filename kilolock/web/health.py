@@ -12,10 +12,9 @@ import json
 from twisted.web.server import Request
 
 from kilolock.conditions import FALSE, TRUE, ConditionTracker, is_ready
-from kilolock.errors import NotFound
 from kilolock.interfaces import IStateStore
 from kilolock.model import Condition, StoreProbe
-from kilolock.web._base import JSON, AsyncResource, Response
+from kilolock.web._base import JSON, AsyncResource, Response, render_async
 
 #: C{observedGeneration} of server conditions: the schema generation this
 #: build of Kilolock expects (1 for a store without a schema).
@@ -27,9 +26,8 @@ class HealthResource(AsyncResource):
 
     route = "/healthz"
 
-    async def do_GET(self, request: Request) -> Response:
-        if request.postpath:
-            raise NotFound("no such route")
+    @render_async
+    async def render_GET(self, request: Request) -> Response:
         return Response(200, b'{"status": "ok"}', JSON)
 
 
@@ -70,9 +68,8 @@ class ReadinessResource(AsyncResource):
         self.store = store
         self.tracker = tracker or ConditionTracker()
 
-    async def do_GET(self, request: Request) -> Response:
-        if request.postpath:
-            raise NotFound("no such route")
+    @render_async
+    async def render_GET(self, request: Request) -> Response:
         probe = await self.store.probe()
         conditions = server_conditions(probe, self.tracker)
         ready = is_ready(conditions)
