@@ -168,7 +168,9 @@ class KilolockRequest(Request):
         self._secure = self.isSecure()
         self._count_in_flight(+1)
         self.notifyFinish().addBoth(self._observe)
-        super().requestReceived(command, path, version)
+        # Kilolock has always matched methods whatever their case (C{get} is
+        # GET); Resource.render looks up render_<METHOD> as sent.
+        super().requestReceived(command.upper(), path, version)
 
     def _count_in_flight(self, change: int) -> None:
         _count(self._kilolock_site, "in_flight", change)

@@ -57,9 +57,6 @@ def nothing_below() -> Resource:
 class _StateNode(AsyncResource):
     """A resource of the state at C{segments} (one or three)."""
 
-    #: Whether an unlock body may be a plain lock ID (the unlock alias only).
-    accepts_plain_lock_id = False
-
     def __init__(self, lane: StateLane, segments: tuple[str, ...]) -> None:
         super().__init__()
         self.lane = lane
@@ -81,21 +78,12 @@ class _StateNode(AsyncResource):
         return Branch(NotFound(NO_STATE),
                       child=lambda name: state(self.lane, (first, second, name)))
 
-    async def lock(self, request: Request) -> Response:
+    async def release(self, request: Request, accepts_plain_lock_id: bool) -> Response:
+        """Release the lock an unlock request names (a force release without one)."""
         principal, key = await self.lane.authorize_state(request, self.segments, write=True)
         body = await read_body(request, self.lane.reactor)
         check_md5(request, body)
-        info = LockInfo.from_bytes(body)
-        acquired = await self.lane.store.acquire_lock(key, info, principal)
-        if acquired and self.metrics is not None:
-            self.metrics.lock_acquisitions.inc()
-        return Response(200)
-
-    async def unlock(self, request: Request) -> Response:
-        principal, key = await self.lane.authorize_state(request, self.segments, write=True)
-        body = await read_body(request, self.lane.reactor)
-        check_md5(request, body)
-        lock_id = unlock_lock_id(body, query_id(request), self.accepts_plain_lock_id)
+        lock_id = unlock_lock_id(body, query_id(request), accepts_plain_lock_id)
         released = await self.lane.store.release_lock(key, lock_id, principal)
         if lock_id is None and released is not None and self.metrics is not None:
             self.metrics.lock_force_releases.inc()
@@ -109,7 +97,7 @@ class StateResource(_StateNode):
 
     def child(self, segment: str) -> Resource:
         if segment == LOCK_SUFFIX:
-            return LockAliasResource(self.lane, self.segments)
+            return LockAliasResource(self)
         return self.hosted(segment, StateResource)
 
     @render_async
@@ -120,7 +108,8 @@ class StateResource(_StateNode):
             return Response(404)
         return Response(200, raw, JSON)
 
-    async def write(self, request: Request) -> Response:
+    @render_async
+    async def render_POST(self, request: Request) -> Response:
         principal, key = await self.lane.authorize_state(request, self.segments, write=True)
         body = await read_body(request, self.lane.reactor)
         upload = await parse_upload(request, body, self.lane.reactor)
@@ -128,14 +117,9 @@ class StateResource(_StateNode):
         self.lane.count_write(outcome)
         return Response(200)
 
-    @render_async
-    async def render_POST(self, request: Request) -> Response:
-        return await self.write(request)
-
-    @render_async
-    async def render_PUT(self, request: Request) -> Response:
+    def render_PUT(self, request: Request) -> int:
         """POST under another name (Terraform's C{update_method = "PUT"})."""
-        return await self.write(request)
+        return self.render_POST(request)
 
     @render_async
     async def render_DELETE(self, request: Request) -> Response:
@@ -145,17 +129,29 @@ class StateResource(_StateNode):
 
     @render_async
     async def render_LOCK(self, request: Request) -> Response:
-        return await self.lock(request)
+        principal, key = await self.lane.authorize_state(request, self.segments, write=True)
+        body = await read_body(request, self.lane.reactor)
+        check_md5(request, body)
+        info = LockInfo.from_bytes(body)
+        acquired = await self.lane.store.acquire_lock(key, info, principal)
+        if acquired and self.metrics is not None:
+            self.metrics.lock_acquisitions.inc()
+        return Response(200)
 
     @render_async
     async def render_UNLOCK(self, request: Request) -> Response:
-        return await self.unlock(request)
+        return await self.release(request, accepts_plain_lock_id=False)
 
 
 class LockAliasResource(_StateNode):
-    """C{{state URL}/lock}: POST locks, DELETE unlocks (GitLab's convention)."""
+    """C{{state URL}/lock}: POST locks, DELETE unlocks (GitLab's convention),
+    for clients that only send standard methods."""
 
     route = "/v1/states/{state}/lock"
+
+    def __init__(self, state: StateResource) -> None:
+        super().__init__(state.lane, state.segments)
+        self.state = state
 
     def child(self, segment: str) -> Resource:
         # {name}/lock/{state_name} is a three-segment name of its own.
@@ -163,29 +159,25 @@ class LockAliasResource(_StateNode):
             return nothing_below()
         return StateResource(self.lane, (self.segments[0], LOCK_SUFFIX, segment))
 
-    @render_async
-    async def render_POST(self, request: Request) -> Response:
-        """LOCK, for clients that only send standard methods."""
-        return await self.lock(request)
+    def render_POST(self, request: Request) -> int:
+        return self.state.render_LOCK(request)
 
-    @render_async
-    async def render_DELETE(self, request: Request) -> Response:
-        """UNLOCK, for clients that only send standard methods."""
-        return await self.unlock(request)
+    def render_DELETE(self, request: Request) -> int:
+        return self.state.render_UNLOCK(request)
 
 
 class StateUnlockResource(_StateNode):
-    """C{POST /v1/state-unlock/...}: lock release for edges that drop UNLOCK."""
+    """C{POST /v1/state-unlock/...}: lock release for edges that drop UNLOCK;
+    the body may also be the plain lock ID."""
 
     route = "/v1/state-unlock/{state}"
-    accepts_plain_lock_id = True
 
     def child(self, segment: str) -> Resource:
         return self.hosted(segment, StateUnlockResource)
 
     @render_async
     async def render_POST(self, request: Request) -> Response:
-        return await self.unlock(request)
+        return await self.release(request, accepts_plain_lock_id=True)
 
 
 def states_branch(lane: StateLane, state: StateFactory) -> Resource:

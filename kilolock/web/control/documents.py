@@ -14,22 +14,16 @@ def _time(moment: datetime | None) -> str | None:
 
 
 def tenant_document(tenant: Tenant) -> dict[str, Any]:
-    return {
-        "id": tenant.id,
-        "slug": tenant.slug,
-        "name": tenant.name,
-        "created_at": rfc3339(tenant.created_at),
-        "deleted_at": _time(tenant.deleted_at),
-    }
+    """A tenant: its id, slug and name; deleted ones say when."""
+    return {"id": tenant.id, "slug": tenant.slug, "name": tenant.name,
+            "created_at": rfc3339(tenant.created_at), "deleted_at": _time(tenant.deleted_at)}
 
 
 def environment_document(environment: Environment) -> dict[str, Any]:
-    return {
-        "id": environment.id,
-        "name": environment.name,
-        "workspace_id": environment.workspace_id,
-        "created_at": rfc3339(environment.created_at),
-    }
+    """An environment, naming its workspace."""
+    return {"id": environment.id, "name": environment.name,
+            "workspace_id": environment.workspace_id,
+            "created_at": rfc3339(environment.created_at)}
 
 
 def workspace_document(workspace: Workspace,

@@ -80,6 +80,12 @@ class StateSubresource(NativeResource):
         """The caller and the state, under the scope rule (401, 403)."""
         return await self.lane.authorize_state(request, self.segments, write)
 
+    async def read(self, request: Request) -> tuple[StateKey, StateSummary]:
+        """The state a read request names, and its summary (404 when there
+        is no such state)."""
+        _, key = await self.key(request)
+        return key, await self.summary(key)
+
     async def summary(self, key: StateKey) -> StateSummary:
         summary = await self.lane.store.get_summary(key)
         if summary is None:

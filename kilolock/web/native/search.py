@@ -46,8 +46,7 @@ class StateResourcesResource(StateSubresource):
 
     @render_async
     async def render_GET(self, request: Request) -> Response:
-        _, key = await self.key(request)
-        summary = await self.summary(key)
+        key, summary = await self.read(request)
         query = resource_query(request, state_path=key.path)
         matches = await self.lane.store.query_resources(key.tenant, query)
         current = summary.current

@@ -43,8 +43,7 @@ class LockStatusResource(StateSubresource):
 
     @render_async
     async def render_GET(self, request: Request) -> Response:
-        _, key = await self.key(request)
-        summary = await self.summary(key)
+        key, summary = await self.read(request)
         lock = summary.lock
         return json_response({"state": key.path, "locked": lock is not None,
                               "lock": None if lock is None else lock_document(lock, utcnow())})
@@ -93,7 +92,6 @@ class StateSummaryResource(StateSubresource):
 
     @render_async
     async def render_GET(self, request: Request) -> Response:
-        _, key = await self.key(request)
-        summary = await self.summary(key)
+        key, summary = await self.read(request)
         released = await self.unlocked_since(key.tenant, key.path)
         return json_response(summary_document(summary, utcnow(), released.get(key.path)))
