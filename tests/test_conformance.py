@@ -1,5 +1,4 @@
-"""Named conformance checks of the contract's decision-record section (ADR 0018
-applied to Kilolock), for hosted mode:
+"""Named conformance checks of the addressing rules of hosted mode:
 
   - state-path-travels-as-ordinary-segments
   - encoded-slash-is-refused

@@ -1,6 +1,6 @@
 """The HTTP backend lane, resource by resource, in memory.
 
-Every rule of shared/design/contract.md that can be checked without a socket:
+Every rule of the HTTP backend contract that can be checked without a socket:
 success codes, each lock-matrix cell, replays, bodies, paths, methods, auth.
 """
 

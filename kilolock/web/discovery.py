@@ -1,8 +1,8 @@
 """C{GET /.well-known/kilolock}: the lanes this server offers.
 
 Unauthenticated and cacheable.  Every advertised path is plain ASCII path
-segments: nothing in it is percent-encoded (ADR 0018 rule 1), which a test
-checks by comparing each path with its escaped form.
+segments: nothing in it is percent-encoded (names travel as ordinary
+segments), which a test checks by comparing each path with its escaped form.
 """
 
 from __future__ import annotations
