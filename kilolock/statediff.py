@@ -21,14 +21,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from kilolock.errors import EncryptedState, InvalidState
-from kilolock.tfstate import REDACTED, parse_state, project_state
+from kilolock.tfstate import REDACTED, is_envelope, parse_state, project_state
 
 #: Steps of an attribute path: a str is a key, an int a list position.
 Path = tuple[str | int, ...]
 
 _ABSENT = object()
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
-_ENVELOPE_KEYS = ("encrypted_data", "encryption_version")
 
 
 def load_document(raw: bytes) -> dict[str, Any]:
@@ -43,7 +42,7 @@ def load_document(raw: bytes) -> dict[str, Any]:
         raise InvalidState("the stored version is not JSON") from None
     if not isinstance(doc, dict):
         raise InvalidState("the stored version is not a JSON object")
-    if any(key in doc for key in _ENVELOPE_KEYS):
+    if is_envelope(doc):
         raise EncryptedState("this version is an OpenTofu encrypted state: the server cannot"
                              " read it (use `kl state pull --version N` and decrypt locally)")
     return doc

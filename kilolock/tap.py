@@ -392,7 +392,8 @@ class HostedListeners(MultiService):
             request_timeout=settings.request_timeout,
             trusted_proxies=parse_networks(settings.trusted_proxies),
             timeout=settings.idle_timeout, reactor=reactor)
-        self.control: IService = endpoint_service(settings.control_listen, self.control_site)
+        self.control: IService = endpoint_service(settings.control_listen, self.control_site,
+                                                  reactor=reactor)
         state.setServiceParent(self)
         self.control.setServiceParent(self)
 
@@ -439,7 +440,7 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
         timeout=settings.idle_timeout,
         reactor=reactor,
     )
-    listener = (endpoint_service(settings.listen, site)
+    listener = (endpoint_service(settings.listen, site, reactor=reactor)
                 if settings.tls_client_ca is None
                 else mtls_service(reactor, settings.listen, settings.tls_client_ca, site))
     listening = keeping_port(listener)

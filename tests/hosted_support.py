@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -193,8 +192,6 @@ def start_hosted_server(factory: Callable[..., KilolockServer],
 
     port = int(poll_until(control_port, 30, "the control API to log its port"))
     hosted = HostedServer(server, port)
-    deadline = time.monotonic() + 30
-    while hosted.control_request("GET", "/healthz").status != 200:
-        assert time.monotonic() < deadline, "the control API did not answer /healthz"
-        time.sleep(0.05)
+    poll_until(lambda: hosted.control_request("GET", "/healthz").status == 200, 30,
+               "the control API to answer /healthz")
     return hosted

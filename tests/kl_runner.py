@@ -9,14 +9,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from attrs import frozen
 
-from kilolock.cli import main
+from kilolock.kl.main import main
 
 
 @frozen
@@ -26,7 +25,6 @@ class KlResult:
     code: int
     raw: bytes
     err: str
-    seconds: float = 0.0
 
     @property
     def out(self) -> str:
@@ -58,11 +56,10 @@ def run_kl(*argv: str, env: Mapping[str, str]) -> KlResult:
     """``kl ARGV`` in this process."""
     stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
     stderr = io.StringIO()
-    started = time.monotonic()
     code = main(list(argv), stdout=stdout, stderr=stderr, environ=env)
     stdout.flush()
     raw = stdout.buffer.getvalue()  # type: ignore[attr-defined]
-    return KlResult(code, raw, stderr.getvalue(), time.monotonic() - started)
+    return KlResult(code, raw, stderr.getvalue())
 
 
 def kl_script() -> str:
@@ -75,8 +72,6 @@ def kl_script() -> str:
 def run_kl_script(*argv: str, env: Mapping[str, str], timeout: float = 60.0,
                   stdin: bytes | None = None) -> KlResult:
     """``kl ARGV`` as a subprocess of the installed console script."""
-    started = time.monotonic()
     process = subprocess.run([kl_script(), *argv], env=dict(env), capture_output=True,
                              timeout=timeout, input=stdin)
-    return KlResult(process.returncode, process.stdout, process.stderr.decode("utf-8", "replace"),
-                    time.monotonic() - started)
+    return KlResult(process.returncode, process.stdout, process.stderr.decode("utf-8", "replace"))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import signal
 import threading
 import time
@@ -37,6 +36,7 @@ from fixtures_server import (
     server_command,
 )
 from stub_client import Reply, content_md5, lock_body, terraform_headers
+from tcp_table import unread_bytes
 
 pytestmark = pytest.mark.postgres
 
@@ -128,10 +128,18 @@ class WriteStream:
     sent: list[Sent] = field(factory=list)
     in_flight: threading.Event = field(factory=threading.Event)
     finished: threading.Event = field(factory=threading.Event)
+    client_port: int | None = None  # of the connection in flight
 
     @property
     def acknowledged(self) -> int:
         return sum(item.status == 200 for item in self.sent)
+
+    def upload_read(self) -> bool:
+        """Whether a request is in flight and the server has read its whole
+        body: nothing of it waits in either end's socket queue."""
+        port = self.client_port
+        return (self.in_flight.is_set() and port is not None
+                and unread_bytes(self.server.port, port) == 0)
 
     def run(self) -> None:
         import http.client
@@ -145,6 +153,8 @@ class WriteStream:
                     connection.request("POST", self.path, body=item.body, headers={
                         "Content-Type": "application/json",
                         "Content-MD5": content_md5(item.body)})
+                    assert connection.sock is not None
+                    self.client_port = connection.sock.getsockname()[1]
                     self.in_flight.set()
                     response = connection.getresponse()
                     response.read()
@@ -236,7 +246,6 @@ def test_kill_9_during_large_writes_loses_no_acknowledged_write(
               for serial in serials)
     all_sent: list[Sent] = []
     kill_points = ("after the upload", POOL_WRITE, COPY_WRITE)
-    rng = random.Random(3)  # reproducible delays
 
     for round_index, kill_point in enumerate(kill_points):
         server = start_server(request, tmp_path, f"kilolock-{round_index}", postgres_dsn)
@@ -251,7 +260,8 @@ def test_kill_9_during_large_writes_loses_no_acknowledged_write(
             assert wait_for_backend_in_write(postgres_dsn, 30, kill_point), \
                 f"no write ran {kill_point} in PostgreSQL"
         else:
-            time.sleep(rng.uniform(0.0, 0.1))
+            poll_until(stream.upload_read, 30, "the server to read a whole upload",
+                       interval=0.005)
         kill_9(server)
         assert stream.finished.wait(30), "the client thread did not notice the kill"
         all_sent.extend(stream.sent)
@@ -299,6 +309,9 @@ def test_kill_9_during_large_writes_loses_no_acknowledged_write(
 ANSWER_BOUND = 10.0
 #: Seconds after PostgreSQL is back within which every client is served again.
 RECOVERY_BOUND = 20.0
+#: Seconds PostgreSQL stays down: long enough for the pool's reconnection
+#: backoff to grow to its longest pause.
+OUTAGE = 4.0
 
 
 @define
@@ -365,7 +378,7 @@ class Traffic:
             reply = self._call(index, method, path, body)
             if reply is not None and reply.status == 200:
                 return True
-            time.sleep(0.05)
+            self.stop.wait(0.05)  # a client's pause before it retries
         return False
 
     def _run(self, index: int) -> None:
@@ -393,17 +406,20 @@ class Traffic:
         with self.mutex:
             return [a for a in self.answers if a.sent_at >= start and a.answered_at <= end]
 
-    def everyone_served_after(self, moment: float) -> dict[int, float] | None:
+    def everyone_served_after(self, moment: float,
+                              method: str | None = None) -> dict[int, float] | None:
         """L{first_200_after}, once every client has one."""
-        firsts = self.first_200_after(moment)
+        firsts = self.first_200_after(moment, method)
         return firsts if len(firsts) == self.clients else None
 
-    def first_200_after(self, moment: float) -> dict[int, float]:
-        """For each client, when its first request sent after C{moment} got a 200."""
+    def first_200_after(self, moment: float, method: str | None = None) -> dict[int, float]:
+        """For each client, when its first request (of C{method}, if given)
+        sent after C{moment} got a 200."""
         firsts: dict[int, float] = {}
         with self.mutex:
             for answer in self.answers:
-                if answer.sent_at >= moment and answer.status == 200:
+                if (answer.sent_at >= moment and answer.status == 200
+                        and (method is None or answer.method == method)):
                     firsts[answer.client] = min(firsts.get(answer.client, answer.answered_at),
                                                 answer.answered_at)
         return firsts
@@ -432,45 +448,50 @@ def test_postgres_restart_under_traffic_gives_503_then_recovers(
         request: pytest.FixtureRequest, tmp_path: Path, private_cluster: Any,
         shutdown: signal.Signals) -> None:
     """PostgreSQL stopped (fast or immediate shutdown) under LOCK/POST/GET/UNLOCK
-    traffic: while it is down every answer is a 503 with Retry-After, within a
-    bounded time; once it is back every client is served again within a bound,
-    by the same Kilolock process, whose log has no traceback and no 500."""
+    traffic: while it is down every answer is a 503 with Retry-After 5 (none
+    waits out the store's deadline); once it is back every client reads and
+    writes again within a bound, by the same Kilolock process, whose log has
+    no traceback and no 500."""
     dsn = private_cluster.start_blocking()
     server = start_server(request, tmp_path, "kilolock", dsn)
     traffic = Traffic(server, clients=4).start()
     try:
-        poll_until(lambda: traffic.everyone_served_after(0.0), 30,
-                   "every client served before the outage")
-        time.sleep(1.0)
+        first = poll_until(lambda: traffic.everyone_served_after(0.0), 30,
+                           "every client served before the outage")
+        poll_until(lambda: traffic.everyone_served_after(max(first.values())), 30,
+                   "every client served a second time before the outage")
 
         stop_postmaster(private_cluster, shutdown)
         down_at = time.monotonic()
-        time.sleep(4.0)
+        # The fault lasts OUTAGE seconds and until 20 requests were answered in it.
+        poll_until(lambda: time.monotonic() - down_at >= OUTAGE
+                   and len(traffic.between(down_at, time.monotonic())) >= 20,
+                   OUTAGE + 30, "20 answers during the outage")
         back_at = time.monotonic()
         private_cluster.start_blocking()
         up_at = time.monotonic()
 
-        firsts = poll_until(lambda: traffic.everyone_served_after(up_at), RECOVERY_BOUND,
-                            "every client to be served after the restart")
-        time.sleep(1.0)
+        poll_until(lambda: traffic.everyone_served_after(up_at), RECOVERY_BOUND,
+                   "every client to be served after the restart")
+        poll_until(lambda: traffic.everyone_served_after(up_at, method="POST"), RECOVERY_BOUND,
+                   "every client to write after the restart")
     finally:
         traffic.finish()
 
     assert server.process is not None and server.process.poll() is None, "Kilolock died"
     answers = list(traffic.answers)
+    # Every request was answered before the client's timeout (ANSWER_BOUND),
+    # so no answer waited out the store's deadline (60 s).
     assert all(a.status is not None for a in answers), \
         [a for a in answers if a.status is None][:3]
-    assert {a.status for a in answers} <= {200, 503}
-    assert max(a.answered_at - a.sent_at for a in answers) < ANSWER_BOUND
+    assert {a.status for a in answers} == {200, 503}
 
     outage = traffic.between(down_at, back_at)
     assert len(outage) >= 20, f"only {len(outage)} requests during the outage"
     assert {a.status for a in outage} == {503}
-    assert all(a.retry_after is not None and int(a.retry_after) > 0 for a in outage)
-    assert max(a.answered_at - a.sent_at for a in outage) < 2.0
+    assert {a.retry_after for a in outage} == {b"5"}  # the store's RETRY_AFTER
+    assert "the state database stopped answering" in server.log_text()
 
-    recovery = max(firsts.values()) - up_at
-    assert recovery < RECOVERY_BOUND
     for index, body in traffic.bodies.items():
         assert server.request("GET", f"/v1/states/traffic-{index}").body == body
     assert_clean_log(server)

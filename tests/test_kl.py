@@ -1,6 +1,6 @@
 """`kl` against a live Kilolock server on each store (memory and PostgreSQL).
 
-Most commands run in-process (``kilolock.cli.main``); the smoke tests at the
+Most commands run in-process (``kilolock.kl.main.main``); the smoke tests at the
 end run the installed console script.  The lane-discovery rules (encoded
 paths, hung lanes) are in test_kl_discovery.py, the real-Terraform
 walkthroughs in test_kl_terraform.py.
@@ -21,14 +21,14 @@ from kl_runner import KlResult, kl_environment, kl_script, run_kl, run_kl_script
 from state_samples import ENVELOPE, LINEAGE, generation
 from stub_client import lock_body
 
-from kilolock.cli import (
+from kilolock.kl.commands.events import check_chain
+from kilolock.kl.exits import (
     EXIT_BROKEN_CHAIN,
     EXIT_CONFLICT,
     EXIT_NOT_FOUND,
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
-    check_chain,
 )
 
 
@@ -401,12 +401,12 @@ def test_console_script_smoke(kl: Kl, tmp_path: Path) -> None:
 
 
 def test_kl_is_a_console_script_that_starts_without_twisted() -> None:
-    """setup.cfg's `kl` entry point is kilolock.cli:main, and importing it loads
+    """setup.cfg's `kl` entry point is kilolock.kl.main:main, and importing it loads
     neither the reactor nor the web tree (a CLI starts fast)."""
     (entry,) = entry_points(group="console_scripts", name="kl")
-    assert entry.value == "kilolock.cli:main"
+    assert entry.value == "kilolock.kl.main:main"
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, kilolock.cli;"
+        [sys.executable, "-c", "import sys, kilolock.kl.main;"
          " print(sorted(m for m in sys.modules if m.startswith(('twisted.internet.reactor',"
          " 'kilolock.web', 'psycopg2'))))"], capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]"

@@ -1,25 +1,32 @@
-"""`kl` lane discovery (ADR 0018 rules 1 and 4) against a fake server.
+"""`kl` lane discovery (docs/kl.md, "Lane discovery"): against a fake
+server, then the discovery rules themselves on a scripted client.
 
 The fake is a small threaded HTTP server whose every route is scripted: a
 discovery document (possibly advertising percent-encoded paths), lanes that
-answer, hang, fail or answer HTML.  It records when each request arrived, so
-a test can see that the two lanes are probed concurrently.
+answer, hang, fail or answer HTML.  It records which paths were requested.
+The timing rules (a command waits only for its own lane, the lanes are probed
+concurrently, every request of discovery shares one deadline) are pinned on
+L{Discovery} with a scripted client and a L{Clock}: what is asserted is which
+requests were made, with which timeouts, and what was still in flight.
 """
 
 from __future__ import annotations
 
 import http.server
 import json
+import re
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kl_runner import KlResult, kl_environment, run_kl
+from twisted.internet.task import Clock
 
-from kilolock.cli import EXIT_PROTOCOL, EXIT_UNAVAILABLE, encoded_paths
+from kilolock.kl.client import Answer, Unreachable
+from kilolock.kl.discovery import HTTP_LANE, NATIVE_LANE, Discovery, encoded_paths
+from kilolock.kl.exits import EXIT_PROTOCOL, EXIT_UNAVAILABLE, KlError
 from kilolock.web.discovery import discovery_document
 
 STATE = b'{"version": 4, "serial": 1, "lineage": "l", "resources": [], "outputs": {}}\n'
@@ -43,7 +50,7 @@ class FakeHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?")[0]
-        self.server.arrivals.append((path, time.monotonic()))
+        self.server.arrivals.append(path)
         route = self.server.routes.get(path)
         if route is None:
             reply: tuple[int, str, bytes] | None = (404, "application/json",
@@ -68,7 +75,7 @@ class FakeServer(http.server.ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), FakeHandler)
         self.routes: dict[str, Route] = {}
-        self.arrivals: list[tuple[str, float]] = []
+        self.arrivals: list[str] = []
         self.released = threading.Event()
 
     @property
@@ -77,9 +84,6 @@ class FakeServer(http.server.ThreadingHTTPServer):
 
     def hang(self, handler: FakeHandler) -> None:
         return None
-
-    def arrived(self, path: str) -> list[float]:
-        return [at for seen, at in self.arrivals if seen == path]
 
 
 @pytest.fixture
@@ -130,7 +134,7 @@ def test_a_document_advertising_encoded_paths_is_rejected(
         result = kl(fake, tmp_path, *argv)
         assert result.code == EXIT_PROTOCOL
         assert "percent-encoded paths" in result.err and path in result.err
-    assert {seen for seen, _ in fake.arrivals} == {"/.well-known/kilolock"}
+    assert set(fake.arrivals) == {"/.well-known/kilolock"}
 
 
 def test_encoded_paths_compares_the_escaped_form() -> None:
@@ -141,60 +145,52 @@ def test_encoded_paths_compares_the_escaped_form() -> None:
                                                                             "/v1/%41"]
 
 
+def timed_out_within(err: str, failure: str, deadline: str) -> float:
+    """The timeout kl's request ran out of, from its one-line error: that
+    C{failure} had no answer within it, under the discovery C{deadline}."""
+    matched = re.fullmatch(rf"kl: {re.escape(failure)}: no answer within (\S+) s"
+                           rf" \({re.escape(deadline)} s\)\n", err)
+    assert matched, err
+    return float(matched.group(1))
+
+
 def test_a_hung_native_lane_fails_only_native_commands(fake: FakeServer,
                                                        tmp_path: Path) -> None:
-    """With the native lane hanging, HTTP-lane commands answer at once and
-    native commands fail with the native lane's error after the discovery
-    deadline, not the 60 s command timeout."""
+    """With the native lane hanging, HTTP-lane commands work and native
+    commands fail with the native lane's error: its probe timed out within
+    the discovery deadline, not the 60 s command timeout (that the HTTP-lane
+    command does not wait for the native probe at all is pinned on
+    L{Discovery} below)."""
     fake.routes["/v1/native"] = fake.hang
-    pulled = kl(fake, tmp_path, "state", "pull", "app")
-    assert pulled.check().raw == STATE
-    assert pulled.seconds < 1.0
+    assert kl(fake, tmp_path, "state", "pull", "app").check().raw == STATE
     listed = kl(fake, tmp_path, "states")
     assert listed.code == EXIT_UNAVAILABLE
-    assert "the native lane (/v1/native) is unavailable" in listed.err
-    assert "discovery deadline 1 s" in listed.err
-    assert 0.9 < listed.seconds < 3.0
+    assert timed_out_within(listed.err, "the native lane (/v1/native) is unavailable",
+                            "discovery deadline 1") <= 1.0
 
 
 def test_a_hung_http_lane_fails_only_http_lane_commands(fake: FakeServer,
                                                         tmp_path: Path) -> None:
     """With the HTTP lane hanging, native commands work; `state pull` fails
-    with the HTTP lane's own error within the deadline."""
+    with the HTTP lane's own error, bounded by the discovery deadline."""
     fake.routes["/v1/states"] = fake.hang
     assert kl(fake, tmp_path, "states").check().code == 0
     pulled = kl(fake, tmp_path, "state", "pull", "app")
     assert pulled.code == EXIT_UNAVAILABLE
-    assert "the HTTP lane (/v1/states) is unavailable" in pulled.err
-    assert pulled.seconds < 3.0
-
-
-def test_lanes_are_probed_concurrently(fake: FakeServer, tmp_path: Path) -> None:
-    """Both probes start together: two slow lanes cost one delay, not two."""
-    def slow(reply: Route) -> Route:
-        def route(handler: FakeHandler) -> tuple[int, str, bytes] | None:
-            time.sleep(0.8)
-            return reply(handler)
-        return route
-
-    fake.routes["/v1/states"] = slow(fake.routes["/v1/states"])
-    fake.routes["/v1/native"] = slow(fake.routes["/v1/native"])
-    result = kl(fake, tmp_path, "states", discovery="3").check()
-    (http_probe,) = fake.arrived("/v1/states")
-    (native_probe,) = fake.arrived("/v1/native")
-    assert abs(http_probe - native_probe) < 0.3
-    assert result.seconds < 2.4  # one 0.8 s wait for both probes, plus the command
+    assert timed_out_within(pulled.err, "the HTTP lane (/v1/states) is unavailable",
+                            "discovery deadline 1") <= 1.0
 
 
 def test_a_hung_discovery_document_fails_within_the_deadline(fake: FakeServer,
                                                              tmp_path: Path) -> None:
     """If /.well-known/kilolock itself hangs, every command fails (exit 5)
-    after the discovery deadline, saying so."""
+    at the discovery deadline, saying so; no lane is contacted."""
     fake.routes["/.well-known/kilolock"] = fake.hang
     result = kl(fake, tmp_path, "state", "pull", "app", discovery="0.5")
     assert result.code == EXIT_UNAVAILABLE
-    assert "cannot reach the server" in result.err and "deadline 0.5 s" in result.err
-    assert result.seconds < 2.0
+    assert timed_out_within(result.err, f"cannot reach the server at {fake.url}",
+                            "discovery, deadline 0.5") <= 0.5
+    assert set(fake.arrivals) == {"/.well-known/kilolock"}
 
 
 def test_a_lane_misrouted_by_a_proxy_is_reported(fake: FakeServer, tmp_path: Path) -> None:
@@ -222,3 +218,132 @@ def test_a_failing_lane_is_unavailable_and_a_server_without_discovery_is_refused
     del fake.routes["/.well-known/kilolock"]
     missing = kl(fake, tmp_path, "states")
     assert missing.code == EXIT_PROTOCOL and "a Kilolock server?" in missing.err
+
+
+# -- the discovery rules themselves, on a scripted client and a Clock ----------------
+
+
+#: How long a scripted exchange waits for the test to let it go before it
+#: fails the test (a safety net: a passing test never waits for it).
+SAFETY_SECONDS = 30.0
+
+Script = Callable[[float], Answer]
+
+
+def scripted_answer(document: Any) -> Script:
+    body = json.dumps(document).encode()
+    return lambda timeout: Answer(200, {"content-type": "application/json"}, body)
+
+
+def times_out(timeout: float) -> Answer:
+    """What the HTTP client raises when nothing answers within C{timeout}."""
+    raise Unreachable(f"no answer within {timeout:g} s")
+
+
+class ScriptedClient:
+    """A discovery client answering from a script per path; it records each
+    request with the timeout it was given.  A path can be held: its exchange
+    waits until the test lets it go."""
+
+    base_url = "http://kilolock.test"
+
+    def __init__(self, script: dict[str, Script]) -> None:
+        self.script = script
+        self.requests: list[tuple[str, float | None]] = []
+        self.arrived: dict[str, threading.Event] = {}
+        self.released: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def hold(self, path: str) -> None:
+        self.arrived[path] = threading.Event()
+        self.released[path] = threading.Event()
+
+    def request(self, method: str, path: str, *, timeout: float | None = None) -> Answer:
+        assert method == "GET" and timeout is not None
+        with self._lock:
+            self.requests.append((path, timeout))
+        if path in self.released:
+            self.arrived[path].set()
+            assert self.released[path].wait(SAFETY_SECONDS), f"{path} was never let go"
+        return self.script[path](timeout)
+
+    def wait_arrived(self, path: str) -> None:
+        assert self.arrived[path].wait(SAFETY_SECONDS), f"{path} was never requested"
+
+
+def healthy_script(clock: Clock, document_seconds: float = 0.0) -> dict[str, Script]:
+    """A server whose discovery document takes C{document_seconds} on the
+    clock to arrive, and whose lanes answer like Kilolock's."""
+    def document(timeout: float) -> Answer:
+        clock.advance(document_seconds)
+        return scripted_answer(discovery_document("open"))(timeout)
+
+    return {"/.well-known/kilolock": document,
+            "/v1/states": scripted_answer({"error": {"code": "not_found"}}),
+            "/v1/native": scripted_answer({"lane": NATIVE_LANE})}
+
+
+def test_a_command_waits_only_for_its_own_lane() -> None:
+    """While the native probe is still waiting for its answer, the HTTP lane
+    is already known; the native lane then fails with its own error, its
+    probe having been given what was left of the discovery deadline (all of
+    it: no time passed on the clock).  The deadline is longer than a hold
+    may last, so a command that waited for the other lane would outlast the
+    hold and fail the test."""
+    deadline = 2 * SAFETY_SECONDS
+    clock = Clock()
+    client = ScriptedClient(healthy_script(clock))
+    client.hold("/v1/native")
+    client.script["/v1/native"] = times_out
+    discovery = Discovery(client, deadline, clock=clock.seconds)
+
+    assert discovery.lane(HTTP_LANE) == "/v1/states"
+    client.wait_arrived("/v1/native")
+    assert not discovery.lanes[NATIVE_LANE].finished.is_set()
+    client.released["/v1/native"].set()
+    with pytest.raises(KlError) as failed:
+        discovery.lane(NATIVE_LANE)
+    assert (failed.value.code, failed.value.message) == (
+        EXIT_UNAVAILABLE, "the native lane (/v1/native) is unavailable: no answer within 60 s"
+                          " (discovery deadline 60 s)")
+    assert sorted(client.requests) == [("/.well-known/kilolock", deadline),
+                                       ("/v1/native", deadline), ("/v1/states", deadline)]
+
+
+def test_lanes_are_probed_concurrently_under_one_deadline() -> None:
+    """Both probes are in flight at once (each waits for the other to have
+    arrived before it answers), each lane is probed once, and both share the
+    one discovery deadline: after the document took 0.25 s of 3 s, each probe
+    gets 2.75 s."""
+    clock = Clock()
+    client = ScriptedClient(healthy_script(clock, document_seconds=0.25))
+    both_in_flight = threading.Barrier(2, timeout=SAFETY_SECONDS)
+
+    def meeting(script: Script) -> Script:
+        def answer(timeout: float) -> Answer:
+            both_in_flight.wait()
+            return script(timeout)
+        return answer
+
+    client.script["/v1/states"] = meeting(client.script["/v1/states"])
+    client.script["/v1/native"] = meeting(client.script["/v1/native"])
+    discovery = Discovery(client, 3.0, clock=clock.seconds)
+    assert (discovery.lane(NATIVE_LANE), discovery.lane(HTTP_LANE)) == ("/v1/native",
+                                                                         "/v1/states")
+    assert sorted(client.requests) == [("/.well-known/kilolock", 3.0), ("/v1/native", 2.75),
+                                       ("/v1/states", 2.75)]
+
+
+def test_an_unreachable_discovery_document_fails_every_lane() -> None:
+    """The document is fetched with the whole deadline; when it does not
+    arrive, every lane fails with that one error and no lane is probed."""
+    clock = Clock()
+    client = ScriptedClient({"/.well-known/kilolock": times_out})
+    discovery = Discovery(client, 0.5, clock=clock.seconds)
+    expected = ("cannot reach the server at http://kilolock.test: no answer within 0.5 s"
+                " (discovery, deadline 0.5 s)")
+    for lane in (HTTP_LANE, NATIVE_LANE):
+        with pytest.raises(KlError) as failed:
+            discovery.lane(lane)
+        assert (failed.value.code, failed.value.message) == (EXIT_UNAVAILABLE, expected)
+    assert client.requests == [("/.well-known/kilolock", 0.5)]

@@ -15,7 +15,7 @@ from hosted_support import CONTROL_TOKEN, HostedServer, start_hosted_server
 from kl_runner import KlResult, kl_environment, run_kl
 from state_samples import generation
 
-from kilolock.cli import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE
+from kilolock.kl.exits import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE
 
 
 @pytest.fixture

@@ -14,9 +14,17 @@ from typing import Any
 import pytest
 import pytest_twisted
 import treq
+from awaiting import eventually
 from stub_client import lock_body, state_body
+from tcp_table import listening
+from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.error import ConnectionDone
+from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.logger import globalLogPublisher
+from twisted.python.failure import Failure
+from twisted.web.pages import notFound
 
 from kilolock.conditions import ConditionTracker, is_ready
 from kilolock.logs import event_record
@@ -25,6 +33,7 @@ from kilolock.store.memory import MemoryStateStore
 from kilolock.tap import Settings, make_service_from_settings
 from kilolock.web.forwarded import client_origin, parse_networks
 from kilolock.web.health import server_conditions
+from kilolock.web.site import KilolockSite
 
 
 class Server:
@@ -260,9 +269,49 @@ async def test_audit_events_record_the_forwarded_client() -> None:
 # -- slow clients -------------------------------------------------------------------
 
 
-def _trickle(port: int, seconds: float, head: bool) -> float:
+def _channel(site: KilolockSite) -> tuple[Any, StringTransport]:
+    """A connection to C{site} over a string transport."""
+    channel = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+    transport = StringTransport()
+    channel.makeConnection(transport)
+    return channel, transport
+
+
+_SLOW_HEAD = b"POST /v1/states/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"
+
+
+@pytest.mark.parametrize("first", [b"P", _SLOW_HEAD], ids=["trickled-head", "trickled-body"])
+def test_the_request_deadline_runs_from_the_first_byte_on_the_sites_clock(
+        first: bytes) -> None:
+    """--request-timeout counts from a request's first byte: bytes trickling in
+    do not extend it, and the connection is aborted exactly when it passes."""
+    clock = Clock()
+    channel, transport = _channel(KilolockSite(notFound(), request_timeout=1.0, reactor=clock))
+    channel.dataReceived(first)
+    for _ in range(3):
+        clock.advance(0.25)
+        channel.dataReceived(b"x")
+    tick = 2.0**-20  # exact in binary, like every step here
+    clock.advance(0.25 - tick)
+    assert not transport.disconnected
+    clock.advance(tick)
+    assert transport.disconnected
+
+
+def test_a_request_received_in_time_is_not_cut() -> None:
+    """The deadline ends with the request's last byte: a request answered
+    in time keeps its connection however long it then stays open."""
+    clock = Clock()
+    channel, transport = _channel(KilolockSite(notFound(), request_timeout=1.0, reactor=clock))
+    channel.dataReceived(b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert transport.value().startswith(b"HTTP/1.1 404 ")
+    clock.advance(3600)
+    assert not transport.disconnected
+
+
+def _trickle(port: int, seconds: float, head: bool) -> bool:
     """Send a request one byte per 0.25 s (from its head, or after a whole
-    head); return when the server hangs up."""
+    head) for at most C{seconds}; whether the server hung up first."""
     payload = b"POST /v1/states/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"
     started = time.monotonic()
     with socket.create_connection(("127.0.0.1", port), timeout=seconds) as sock:
@@ -270,29 +319,28 @@ def _trickle(port: int, seconds: float, head: bool) -> float:
         try:
             while time.monotonic() - started < seconds:
                 sock.sendall(b"x")
-                time.sleep(0.25)
+                time.sleep(0.25)  # the client's pace
         except OSError:
-            return time.monotonic() - started
+            return True
         try:
-            if sock.recv(1) == b"":
-                return time.monotonic() - started
+            return sock.recv(1) == b""
         except OSError:
-            return time.monotonic() - started
-    return float("inf")
+            return True
 
 
 @pytest.mark.parametrize("head", [True, False], ids=["trickled-head", "trickled-body"])
 @pytest_twisted.ensureDeferred
 async def test_a_trickling_client_is_cut_after_the_request_timeout(head: bool) -> None:
-    """A client sending a byte at a time is disconnected once --request-timeout passes."""
+    """A client sending a byte at a time over a real socket is disconnected
+    by the server (it would trickle for 10 s) and nothing is stored."""
     from twisted.internet.threads import deferToThread
 
     running = start_server(request_timeout=1.0)
     try:
-        elapsed = await deferToThread(_trickle, running.port, 10.0, head)
+        hung_up = await deferToThread(_trickle, running.port, 10.0, head)
     finally:
         await running.service.stopService()
-    assert elapsed < 5.0
+    assert hung_up
     assert await running.store.list_states(DEFAULT_TENANT) == []
 
 
@@ -318,19 +366,65 @@ class _SlowStore(MemoryStateStore):
         return super().stop()
 
 
+def _stopping_on_a_clock(
+        grace: float) -> tuple[Any, _SlowStore, Any, StringTransport, list[None]]:
+    """A server on a memory reactor with a write in flight (held by the
+    store), being stopped: (service, store, channel, transport, stopped),
+    C{stopped} holding one item once the stop has finished."""
+    store = _SlowStore()
+    reactor = MemoryReactorClock()
+    service = make_service_from_settings(
+        Settings(listen="tcp:0:interface=127.0.0.1", store="memory", shutdown_grace=grace),
+        reactor, store=store)
+    service.startService()
+    channel, transport = _channel(service.site)
+    body = state_body(1)
+    channel.dataReceived(b"POST /v1/states/inflight HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    assert service.site.in_flight == 1
+    stopped: list[None] = []
+    service.stopService().addCallback(stopped.append)
+    return service, store, channel, transport, stopped
+
+
+def test_shutdown_waits_for_the_in_flight_write_then_closes_connections_then_the_store(
+        ) -> None:
+    """Stopping waits on the service's clock while a write is in flight; once
+    it is answered the connections are closed, and only then the store."""
+    service, store, channel, transport, stopped = _stopping_on_a_clock(grace=10.0)
+    service.clock.advance(9.9)
+    assert (stopped, store.stopped, transport.disconnecting) == ([], False, False)
+    store.release.callback(None)
+    assert transport.value().startswith(b"HTTP/1.1 200 ")
+    service.clock.advance(0.05)
+    assert transport.disconnecting and not store.stopped
+    channel.connectionLost(Failure(ConnectionDone()))
+    service.clock.advance(0.05)
+    assert store.stopped
+    assert stopped == [None]
+
+
+def test_shutdown_stops_waiting_when_the_grace_period_ends() -> None:
+    """A write still in flight when --shutdown-grace has passed on the
+    service's clock no longer holds the shutdown: connections close."""
+    service, store, _, transport, stopped = _stopping_on_a_clock(grace=10.0)
+    service.clock.advance(9.95)
+    assert not transport.disconnecting
+    service.clock.advance(0.05)
+    assert transport.disconnecting and not store.stopped
+    assert stopped == []
+
+
 @pytest_twisted.ensureDeferred
 async def test_shutdown_stops_accepting_then_finishes_in_flight_writes() -> None:
     """On stop: no new connections, the in-flight write completes and is
     acknowledged, and only then is the store closed."""
-    from twisted.internet import reactor, task
-
     store = _SlowStore()
     running = start_server(store=store, shutdown_grace=10.0)
     posting = treq.post(running.url + "/v1/states/inflight", data=state_body(1))
-    await task.deferLater(reactor, 0.2, lambda: None)
-    assert running.service.site.in_flight == 1
+    await eventually(lambda: running.service.site.in_flight == 1, "the write in flight")
     stopping = running.service.stopService()
-    await task.deferLater(reactor, 0.2, lambda: None)
+    await eventually(lambda: not listening(running.port), "the listener to close")
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", running.port), timeout=2).close()
     assert not store.stopped
@@ -348,15 +442,19 @@ async def test_shutdown_stops_accepting_then_finishes_in_flight_writes() -> None
 def test_metrics_report_database_pool_health(kilolock_server: Any,
                                              server_store: Any) -> None:
     """On PostgreSQL /metrics reports the pool's live and total connections
-    and database_up=1; the memory store has no pool to report."""
+    (all of its default size) and database_up=1; the memory store has no pool
+    to report."""
     reply = kilolock_server.request("GET", "/metrics")
     assert reply.status == 200
     lines = dict(line.rsplit(" ", 1) for line in reply.body.decode().splitlines()
                  if line and not line.startswith("#"))
     assert float(lines["kilolock_database_up"]) == 1
     if "postgres" in server_store.args:
+        from kilolock.store.postgres import DEFAULT_POOL_SIZE
+
         alive = float(lines['kilolock_database_connections{state="alive"}'])
         total = float(lines['kilolock_database_connections{state="total"}'])
-        assert 1 <= alive <= total
+        # The pool opens every connection when it starts; none has died since.
+        assert alive == total == DEFAULT_POOL_SIZE
     else:
         assert not any(key.startswith("kilolock_database_connections{") for key in lines)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,7 +18,9 @@ import psycopg2
 import psycopg2.extensions
 import pytest
 import pytest_twisted
-from awaiting import failure_of
+from awaiting import eventually, failure_of
+from fixtures_server import poll_until
+from log_events import DEADLINE_EXCEEDED, logged
 from stub_client import state_body
 
 from kilolock.errors import ServiceUnavailable
@@ -84,17 +85,6 @@ def sleeping_reads(dsn: str) -> list[int]:
     return pids
 
 
-async def wait_for(reactor: Any, check: Any, seconds: float = 10.0) -> Any:
-    from twisted.internet.task import deferLater
-
-    deadline = time.monotonic() + seconds
-    while True:
-        found = check()
-        if found or time.monotonic() > deadline:
-            return found
-        await deferLater(reactor, 0.05, lambda: None)
-
-
 # -- the store ----------------------------------------------------------------
 
 
@@ -134,15 +124,14 @@ async def test_a_large_read_past_the_deadline_is_503_and_its_statement_is_cancel
         postgres_dsn: str, slow_large_reads: None) -> None:
     """A large read still running at the operation timeout fails with 503;
     the statement is cancelled in the server (it does not sleep on)."""
-    from twisted.internet import reactor
-
     store = await started_store(postgres_dsn, operation_timeout=1.0)
     try:
         await store.write_state(KEY, upload(state_body(1)), None, ALICE)
-        started = time.monotonic()
-        await failure_of(store.read_current(KEY), ServiceUnavailable)
-        assert time.monotonic() - started < 5
-        assert await wait_for(reactor, lambda: not sleeping_reads(postgres_dsn))
+        with logged(DEADLINE_EXCEEDED) as deadlines:
+            await failure_of(store.read_current(KEY), ServiceUnavailable)
+        assert [event["seconds"] for event in deadlines] == [1.0]
+        await eventually(lambda: not sleeping_reads(postgres_dsn),
+                         "the read's statement to be cancelled")
     finally:
         await store.stop()
 
@@ -153,13 +142,11 @@ async def test_a_database_gone_mid_read_is_503(postgres_dsn: str, slow_large_rea
     """The large read's backend terminated while it runs (the database
     restarting): the same 503 as on the pool's path, and the store notes the
     database as unreachable."""
-    from twisted.internet import reactor
-
     store = await started_store(postgres_dsn)
     try:
         await store.write_state(KEY, upload(state_body(1)), None, ALICE)
         reading = store.read_current(KEY)
-        pids = await wait_for(reactor, lambda: sleeping_reads(postgres_dsn))
+        pids = await eventually(lambda: sleeping_reads(postgres_dsn), "the read to run")
         assert len(pids) == 1
         with psycopg2.connect(postgres_dsn) as admin, admin.cursor() as cursor:
             cursor.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
@@ -225,15 +212,18 @@ def test_cancel_stops_a_running_select_bytea(postgres_dsn: str) -> None:
         raw: bytes | None = cursor.select_bytea("SELECT 'x'::bytea FROM pg_sleep(30)")
         return raw
 
-    timer = threading.Timer(0.5, session.cancel)
-    timer.start()
-    started = time.monotonic()
+    def cancel_once_running() -> None:
+        poll_until(lambda: sleeping_reads(postgres_dsn), 30, "the select to run")
+        session.cancel()
+
+    canceller = threading.Thread(target=cancel_once_running, daemon=True)
+    canceller.start()
     try:
-        with pytest.raises(psycopg2.extensions.QueryCanceledError):
+        with pytest.raises(psycopg2.extensions.QueryCanceledError,
+                           match=r"^canceling statement due to user request"):
             session.run(txn, ())
     finally:
-        timer.cancel()
-    assert time.monotonic() - started < 10
+        canceller.join(30)
 
 
 @pytest.mark.postgres

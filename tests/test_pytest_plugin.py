@@ -19,13 +19,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.error
 import urllib.request
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from fixtures_server import poll_until
 from stub_client import content_md5, lock_body, state_body
 
 from kilolock.pytest_plugin import (
@@ -234,7 +234,7 @@ def test_one_server_per_xdist_worker(pytester: pytest.Pytester, tmp_path: Path) 
     record = tmp_path / "record"
     record.mkdir()
     pytester.makepyfile(textwrap.dedent(f'''
-        import json, os, time, urllib.request
+        import json, os, urllib.request
         import pytest
 
         STATE = {state_body(serial=1)!r}
@@ -250,7 +250,6 @@ def test_one_server_per_xdist_worker(pytester: pytest.Pytester, tmp_path: Path) 
                       "pid": kilolock_server.process.pid}}
             with open(os.path.join({str(record)!r}, f"{{worker}}-{{n}}.json"), "w") as f:
                 json.dump(entry, f)
-            time.sleep(0.2)
     '''))
     result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=8)
@@ -258,6 +257,7 @@ def test_one_server_per_xdist_worker(pytester: pytest.Pytester, tmp_path: Path) 
     servers: dict[str, set[tuple[str, int]]] = {}
     for entry in entries:
         servers.setdefault(entry["worker"], set()).add((entry["url"], entry["pid"]))
+    # xdist's load scheduling hands each worker a first chunk of at least two tests.
     assert sorted(servers) == ["gw0", "gw1"]
     assert all(len(seen) == 1 for seen in servers.values())
     (url0, pid0), = servers["gw0"]
@@ -435,7 +435,4 @@ def test_server_stops_when_its_session_is_killed(tmp_path: Path) -> None:
                             timeout=60)
     assert result.returncode == -signal.SIGKILL
     pid = int(result.stdout.split()[0])
-    deadline = time.monotonic() + 10
-    while running(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not running(pid)
+    poll_until(lambda: not running(pid), 10, "the orphaned server to stop")

@@ -815,9 +815,10 @@ def test_resources_projected_while_decoding_equal_the_whole_document(
     """A v4 state's resources projected element by element during the decode
     (version first) give project_state's rows for the whole document; other
     orders and envelopes keep the plain array; a repeated key: the last wins."""
-    from kilolock.tfstate import _decode_piecewise, _StreamedResources
+    from kilolock.tfstate import _decode_piecewise
+    from kilolock.tfstate_projection import StreamedResources
 
-    streamed = _StreamedResources()
+    streamed = StreamedResources()
     doc = _decode_piecewise(text, streamed)
     assert (doc["resources"] is streamed.marker) is streams
     whole = json.loads(text)

@@ -1,0 +1,100 @@
+"""Tests for L{kilolock.tfstate_json}: the projection's JSON text.
+
+L{compact_json} runs CPython's private C encoder (C{json.encoder.c_make_encoder})
+built once, because the public C{json.JSONEncoder.encode} builds one per call
+and that costs the projection measurably.  These tests pin what that relies on:
+the C encoder exists in this Python, and its text is C{json.dumps}' text.
+"""
+
+from __future__ import annotations
+
+import json
+import json.encoder
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kilolock.tfstate_json import clean_text, compact_json, is_json_integer, json_kind
+
+STATES = Path(__file__).parent / "data" / "states"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _fixture_values() -> list[Any]:
+    """Every attributes object and output of the real Terraform fixtures."""
+    values: list[Any] = []
+    for path in sorted(STATES.glob("*.tfstate")):
+        doc = json.loads(path.read_bytes())
+        for resource in doc.get("resources") or []:
+            values.extend(instance.get("attributes") for instance in resource["instances"])
+        for output in (doc.get("outputs") or {}).values():
+            values.extend((output.get("value"), output.get("type")))
+    return values
+
+
+def test_the_c_encoder_exists_in_this_python() -> None:
+    """compact_json depends on the C accelerator of the json module."""
+    assert json.encoder.c_make_encoder is not None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None, True, False, 0, -1, 2**63 - 1, 10**30, 1.5, -0.0, 1e-7, 1.7976931348623157e308,
+        "", "plain", 'quote " and \\ backslash', "tab\tnew\nline\x00nul\x1f",
+        "non-ascii é 日本 \U0001f600", "\ud800 lone surrogate",
+        [], {}, [1, "a", None, [2, [3]]],
+        {"b": 1, "a": {"d": [], "c": {}}, "é": "x", "": 0},
+        {"tags": {"Name": "x"}, "list": [{"z": 1, "y": 2}], "n": None},
+        *_fixture_values(),
+    ],
+)
+def test_compact_json_is_json_dumps_compact_and_sorted(value: Any) -> None:
+    """For every finite JSON value the text is json.dumps(sort_keys=True,
+    separators=(",", ":")), ASCII-escaped."""
+    assert compact_json(value) == _dumps(value)
+
+
+def test_the_fixtures_give_values_to_compare() -> None:
+    """The comparison above covers the fixtures' attributes (not an empty list)."""
+    assert len([value for value in _fixture_values() if isinstance(value, dict)]) >= 10
+
+
+def test_infinities_become_text_and_nan_stays_json_dumps_nan() -> None:
+    """A number beyond a double's range is projected as the string
+    "Infinity"/"-Infinity"; a NaN (only a caller's document holds one) is
+    written as json.dumps writes it."""
+    value = {"big": float("inf"), "small": [float("-inf")], "nan": float("nan"), "n": 1}
+    assert compact_json(value) == '{"big":"Infinity","n":1,"nan":NaN,"small":["-Infinity"]}'
+    assert compact_json(float("nan")) == json.dumps(float("nan")) == "NaN"
+    assert compact_json(json.loads("1e999")) == '"Infinity"'
+
+
+def test_a_value_that_is_not_json_is_a_type_error() -> None:
+    """Like json.dumps, a Python value with no JSON form raises TypeError."""
+    with pytest.raises(TypeError, match="set is not JSON"):
+        compact_json({"a": {1, 2}})
+    with pytest.raises(TypeError):
+        _dumps({"a": {1, 2}})
+
+
+def test_clean_text_replaces_nul_and_lone_surrogates() -> None:
+    """What a database text column refuses becomes U+FFFD; the rest is kept."""
+    assert clean_text("a\x00b\ud800c\udfff") == "a\ufffdb\ufffdc\ufffd"
+    assert clean_text("é 日本 \U0001f600") == "é 日本 \U0001f600"
+
+
+@pytest.mark.parametrize(
+    ("value", "kind", "integer"),
+    [(None, "null", False), (True, "a boolean", False), (3, "an integer", True),
+     (1.0, "a number with a fraction or exponent", False), ("4", "a string", False),
+     ([], "an array", False), ({}, "a JSON object", False)],
+)
+def test_json_kind_and_integer(value: Any, kind: str, integer: bool) -> None:
+    """Error messages name the JSON type; a boolean is not an integer."""
+    assert json_kind(value) == kind
+    assert is_json_integer(value) is integer
