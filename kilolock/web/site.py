@@ -24,8 +24,10 @@ from kilolock.web.states import StateResource, StateUnlockResource, states_branc
 
 def build_root(store: IStateStore, portal: Portal, reactor: Any,
                metrics: Metrics | None = None, auth_mode: str = "open") -> Resource:
-    """The tree: C{/v1/states/...}, C{/v1/state-unlock/...}, C{/healthz},
-    C{/readyz}, C{/metrics} and C{/.well-known/kilolock}."""
+    """The state listener's tree: C{/v1/states/...} and C{/v1/state-unlock/...}
+    (L{kilolock.web.states}), C{/v1/native/...} (L{kilolock.web.native}),
+    C{/healthz}, C{/readyz}, C{/metrics} (with C{metrics}) and
+    C{/.well-known/kilolock}; anything else a JSON 404."""
     lane = StateLane(store=store, portal=portal, reactor=reactor, metrics=metrics)
     root = Directory()
     v1 = Directory()
