@@ -124,7 +124,7 @@ class DatabaseTokenChecker:
     Unknown, revoked and malformed tokens are refused alike (401).  The
     principal carries the token's tenant, workspace, environment and scope,
     and the Basic username, which the state lane compares with the token's
-    workspace id (403 when they differ; see L{kilolock.web.states.StateLane}).
+    workspace id (403 when they differ; see L{kilolock.scope}).
     The lookup is by digest: the secret is never compared byte by byte, so
     timing reveals nothing about it.
     """

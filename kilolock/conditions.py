@@ -1,4 +1,5 @@
-"""Conditions as visible state (ADR 0018 rule 5).
+"""Conditions as visible state: what a client may rely on about a state or
+the server is a list of conditions, each with a status and a reason.
 
 A condition list is the only stored truth; C{ready} is always derived from
 it.  L{ConditionTracker} keeps each condition's C{lastTransitionTime}: it

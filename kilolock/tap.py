@@ -13,12 +13,15 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from attrs import frozen
+from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import IService, MultiService, Service
 from twisted.application.strports import service as endpoint_service
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStreamServerEndpoint
 from twisted.logger import Logger
 from twisted.python import usage
+from zope.interface import implementer
 
 from kilolock.auth import (
     AUTH_MODES,
@@ -32,12 +35,9 @@ from kilolock.metrics import Metrics
 from kilolock.store.memory import MemoryStateStore
 from kilolock.tls import check_client_ca, mtls_service
 from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
-from kilolock.web.control import (
-    MAX_CONTROL_BODY_BYTES,
-    ControlAPI,
-    ControlSite,
-    build_control_root,
-)
+from kilolock.web.control import MAX_CONTROL_BODY_BYTES
+from kilolock.web.control.api import ControlAPI
+from kilolock.web.control.tree import ControlSite, build_control_root
 from kilolock.web.forwarded import parse_networks
 from kilolock.web.site import KilolockSite, build_root
 
@@ -284,21 +284,49 @@ def build_portal_for(settings: Settings, store: IStateStore) -> Any:
     return build_portal(OpenChecker())
 
 
+@implementer(IStreamServerEndpoint)
+class ListeningEndpoint:
+    """An endpoint that keeps the port it listens on, so that the port a
+    C{tcp:0} listener really got can be asked for (C{port.getHost()})."""
+
+    def __init__(self, endpoint: IStreamServerEndpoint) -> None:
+        self.endpoint = endpoint
+        #: The listening port, once listening.
+        self.port: IListeningPort | None = None
+
+    def listen(self, protocolFactory: IProtocolFactory) -> Deferred[IListeningPort]:
+        def keep(port: IListeningPort) -> IListeningPort:
+            self.port = port
+            return port
+
+        return self.endpoint.listen(protocolFactory).addCallback(keep)
+
+
+def keeping_port(service: StreamServerEndpointService) -> ListeningEndpoint:
+    """Make C{service} listen through a L{ListeningEndpoint}, and return it."""
+    listening = ListeningEndpoint(service.endpoint)
+    service.endpoint = listening
+    return listening
+
+
 class KilolockService(MultiService):
     """The store, then the listeners; stopped in the opposite order, one step
     at a time: stop accepting connections, let in-flight requests finish
     (at most C{grace} seconds), close the connections, then close the store.
 
-    C{site} is the state lanes' site; C{sites} every site whose requests are
-    drained (the control API's too, in hosted mode)."""
+    C{site} is the state lanes' site, listening on C{listening}; C{sites}
+    every site whose requests are drained (the control API's too, in hosted
+    mode)."""
 
     def __init__(self, store_service: StoreService, web_service: IService,
                  site: KilolockSite, grace: float, clock: Any,
-                 sites: Sequence[KilolockSite] = ()) -> None:
+                 sites: Sequence[KilolockSite] = (),
+                 listening: ListeningEndpoint | None = None) -> None:
         super().__init__()
         self.store_service = store_service
         self.web_service = web_service
         self.site = site
+        self.listening = listening
         self.sites = tuple(sites) or (site,)
         self.grace = grace
         self.clock = clock
@@ -353,10 +381,11 @@ class HostedListeners(MultiService):
     C{--control-listen})."""
 
     def __init__(self, state: IService, settings: Settings, store: IStateStore,
-                 reactor: Any) -> None:
+                 reactor: Any, state_listening: ListeningEndpoint | None = None) -> None:
         super().__init__()
         self.settings = settings
         self.state = state
+        self.state_listening = state_listening
         api = ControlAPI(store, settings.control_token, reactor, self.public_url)
         self.control_site = ControlSite(
             build_control_root(api), max_body_bytes=MAX_CONTROL_BODY_BYTES,
@@ -382,11 +411,11 @@ class HostedListeners(MultiService):
 
     def state_port(self) -> int | None:
         """The state lane's TCP port (the real one when it listens on port 0)."""
-        waiting = getattr(self.state, "_waitingForPort", None)
-        listening = getattr(waiting, "result", None)
-        port = getattr(getattr(listening, "getHost", lambda: None)(), "port", None)
-        if isinstance(port, int):
-            return port
+        listening = self.state_listening
+        if listening is not None and listening.port is not None:
+            port = getattr(listening.port.getHost(), "port", None)
+            if isinstance(port, int):
+                return port
         found = re.match(r"^(?:tcp6?|ssl):(?:port=)?(\d+)", self.settings.listen)
         return int(found.group(1)) if found else None
 
@@ -411,16 +440,18 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
         timeout=settings.idle_timeout,
         reactor=reactor,
     )
-    web: IService = (endpoint_service(settings.listen, site, reactor=reactor)
-                     if settings.tls_client_ca is None
-                     else mtls_service(reactor, settings.listen, settings.tls_client_ca, site))
+    listener = (endpoint_service(settings.listen, site, reactor=reactor)
+                if settings.tls_client_ca is None
+                else mtls_service(reactor, settings.listen, settings.tls_client_ca, site))
+    listening = keeping_port(listener)
+    web: IService = listener
     sites = [site]
     if settings.auth_mode == "database":
-        hosted = HostedListeners(web, settings, store, reactor)
+        hosted = HostedListeners(listener, settings, store, reactor, listening)
         sites.append(hosted.control_site)
         web = hosted
     return KilolockService(StoreService(store), web, site, settings.shutdown_grace, reactor,
-                           sites=sites)
+                           sites=sites, listening=listening)
 
 
 def makeService(options: Mapping[str, Any], reactor: Any = None) -> KilolockService:

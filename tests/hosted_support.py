@@ -1,7 +1,7 @@
 """Helpers for hosted-mode tests (C{KL_AUTH_MODE=database}).
 
-  - L{HostedStub}: the state lane and the control API in memory (StubTreq
-    over one L{MemoryStateStore}), answered synchronously.
+  - L{HostedStub}: the state lane and the control API in memory (a Kilolock
+    site in memory over one L{MemoryStateStore}), answered synchronously.
   - L{start_hosted_server}: a real server subprocess in database mode on the
     store of the test's C{kilolock_server_factory}, with its control port.
   - L{ControlClient}: the control API over HTTP (a stub or a live server),
@@ -19,12 +19,12 @@ from typing import Any
 
 from attrs import frozen
 from fixtures_server import KilolockServer, exchange, poll_until
-from stub_client import Reply, StubClient, content_md5, terraform_headers
-from treq.testing import StubTreq
+from stub_client import Reply, SiteClient, StubClient, content_md5, terraform_headers
 
 from kilolock.auth import DatabaseTokenChecker, build_portal
 from kilolock.store.memory import MemoryStateStore
-from kilolock.web.control import ControlAPI, build_control_root
+from kilolock.web.control.api import ControlAPI
+from kilolock.web.control.tree import build_control_root
 from kilolock.web.site import build_root
 
 #: The control token of every hosted test server.
@@ -47,11 +47,11 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-class _TreqClient(StubClient):
+class _TreeClient(StubClient):
     """A StubClient over any resource tree."""
 
     def __init__(self, root: Any) -> None:
-        self.treq = StubTreq(root)
+        self.site = SiteClient(root)
 
     def lock(self, path: str, body: bytes, headers: Mapping[str, str] | None = None,
              **kwargs: Any) -> Reply:
@@ -74,10 +74,10 @@ class HostedStub:
     def __init__(self, store: MemoryStateStore | None = None) -> None:
         self.store = store if store is not None else MemoryStateStore()
         portal = build_portal(DatabaseTokenChecker(self.store))
-        self.state = _TreqClient(build_root(self.store, portal, reactor=None,
+        self.state = _TreeClient(build_root(self.store, portal, reactor=None,
                                             auth_mode="database"))
         api = ControlAPI(self.store, CONTROL_TOKEN, None, lambda request: STUB_PUBLIC_URL)
-        self.control_client = _TreqClient(build_control_root(api))
+        self.control_client = _TreeClient(build_control_root(api))
         self.control = ControlClient(self.control_client.request)
 
 

@@ -1,5 +1,5 @@
-"""An in-memory client for the resource tree (treq's StubTreq), plus bodies
-shaped exactly like the ones Terraform sends."""
+"""An in-memory client for a Kilolock site, plus bodies shaped exactly like
+the ones Terraform sends."""
 
 from __future__ import annotations
 
@@ -9,13 +9,24 @@ import json
 import uuid
 from typing import Any
 
+import treq
 from attrs import frozen
-from treq.testing import StubTreq
+from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.endpoints import TCP4ClientEndpoint
+from twisted.internet.interfaces import IConsumer, IStreamClientEndpoint
+from twisted.internet.testing import MemoryReactorClock
+from twisted.test import iosim
+from twisted.web.client import URI, Agent
+from twisted.web.http_headers import Headers
+from twisted.web.iweb import IAgentEndpointFactory, IBodyProducer, IResponse
+from twisted.web.resource import IResource
+from zope.interface import implementer
 
 from kilolock.auth import OpenChecker, StaticTokenChecker, build_portal
 from kilolock.interfaces import IStateStore
 from kilolock.store.memory import MemoryStateStore
-from kilolock.web.site import build_root
+from kilolock.web.site import KilolockSite, build_root
 
 
 @frozen
@@ -38,33 +49,90 @@ class Reply:
         return code
 
 
+@implementer(IBodyProducer)
+class _Body:
+    """A request body, produced at once."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.length = len(body)
+
+    def startProducing(self, consumer: IConsumer) -> Deferred[None]:
+        consumer.write(self.body)
+        return succeed(None)
+
+    def pauseProducing(self) -> None:
+        pass
+
+    def resumeProducing(self) -> None:
+        pass
+
+    def stopProducing(self) -> None:
+        pass
+
+
+@implementer(IAgentEndpointFactory)
+class _Endpoints:
+    def __init__(self, reactor: MemoryReactorClock) -> None:
+        self.reactor = reactor
+
+    def endpointForURI(self, uri: URI) -> IStreamClientEndpoint:
+        return TCP4ClientEndpoint(self.reactor, "127.0.0.1", uri.port)
+
+
+class SiteClient:
+    """Requests to a L{KilolockSite} over in-memory connections, answered
+    synchronously: what treq's RequestTraversalAgent does, but the server
+    side is Kilolock's own Site and Request classes, so a test sees what a
+    socket would (the JSON 405 of a refused method, the request id)."""
+
+    def __init__(self, root: IResource) -> None:
+        self.reactor = MemoryReactorClock()
+        self.site = KilolockSite(root, reactor=self.reactor)
+        self.agent = Agent.usingEndpointFactory(self.reactor, _Endpoints(self.reactor))
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                headers: dict[str, str] | None = None) -> Reply:
+        sent = Headers({name: [value] for name, value in (headers or {}).items()})
+        pending = self.agent.request(method.encode(), b"http://kilolock.test" + path.encode(),
+                                     sent, None if body is None else _Body(body))
+        _, _, factory, _, _ = self.reactor.tcpClients.pop()
+        server = self.site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 31337))
+        client = factory.buildProtocol(None)
+        pump = iosim.connect(
+            server, iosim.FakeTransport(server, isServer=True,
+                                        hostAddress=IPv4Address("TCP", "127.0.0.1", 80),
+                                        peerAddress=IPv4Address("TCP", "127.0.0.1", 31337)),
+            client, iosim.FakeTransport(client, isServer=False))
+        response: IResponse = _result(pending, pump)
+        content = _result(treq.content(response), pump)
+        raw_headers = {name.lower(): list(values)
+                       for name, values in response.headers.getAllRawHeaders()}
+        return Reply(response.code, response.phrase, raw_headers, content)
+
+
+def _result(pending: Deferred[Any], pump: iosim.IOPump) -> Any:
+    """What C{pending} fires with once the connection has carried all it can."""
+    pump.flush()
+    result: list[Any] = []
+    pending.addBoth(result.append)
+    assert result, "no response"
+    if hasattr(result[0], "raiseException"):
+        result[0].raiseException()
+    return result[0]
+
+
 class StubClient:
     """Requests against a Kilolock resource tree, answered synchronously."""
 
     def __init__(self, store: IStateStore | None = None, auth_token: str | None = None) -> None:
         self.store = store if store is not None else MemoryStateStore()
         checker = StaticTokenChecker(auth_token) if auth_token else OpenChecker()
-        self.treq = StubTreq(build_root(self.store, build_portal(checker), reactor=None))
+        self.site = SiteClient(build_root(self.store, build_portal(checker), reactor=None))
 
     def request(self, method: str, path: str, body: bytes | None = None,
                 headers: dict[str, str] | None = None) -> Reply:
-        sent_headers = {name: [value] for name, value in (headers or {}).items()}
-        pending = self.treq.request(method, "http://kilolock.test" + path, data=body,
-                                    headers=sent_headers)
-        self.treq.flush()
-        result: list[Any] = []
-        pending.addBoth(result.append)
-        assert result, "no response"
-        response = result[0]
-        if not hasattr(response, "code"):
-            response.raiseException()
-        content = self.treq.content(response)
-        self.treq.flush()
-        body_result: list[bytes] = []
-        content.addCallback(body_result.append)
-        raw_headers = {name.lower(): values
-                       for name, values in response.headers.getAllRawHeaders()}
-        return Reply(response.code, response.phrase, raw_headers, body_result[0])
+        return self.site.request(method, path, body, headers)
 
     def get(self, path: str, **kwargs: Any) -> Reply:
         return self.request("GET", path, **kwargs)

@@ -1,5 +1,4 @@
-"""Named conformance checks of the contract's decision-record section (ADR 0018
-applied to Kilolock), for hosted mode:
+"""Named conformance checks of the addressing rules of hosted mode:
 
   - state-path-travels-as-ordinary-segments
   - encoded-slash-is-refused
@@ -176,8 +175,12 @@ def test_conformance_encoded_slash_is_refused(target: Target) -> None:
                 assert reply.status == 400, (method, path, reply.status)
                 assert reply.json()["error"]["code"] == "encoded_slash"
     assert target.control.ok("GET", f"/tenants/{a.slug}/states")["states"] == []
-    for probe in ("net", "team", "team/net"):
-        assert target.as_a("GET", f"/v1/states/{a.prefix}/{probe}").status in (404, 400)
+    # Each reading of the path names no state: a state nobody wrote (404,
+    # no body), or four segments that address nothing (a JSON 404).
+    for probe, answer in (("net", (404, b"")), ("team", (404, b"")),
+                          ("team/net", (404, "not_found"))):
+        reply = target.as_a("GET", f"/v1/states/{a.prefix}/{probe}")
+        assert (reply.status, reply.body if answer[1] == b"" else reply.error_code) == answer
 
 
 def test_conformance_lock_bound_to_its_state(target: Target) -> None:
@@ -218,32 +221,34 @@ def test_conformance_foreign_handle_looks_missing(target: Target) -> None:
     b = target.b
     native = any(lane.get("name") == "kilolock-native"
                  for lane in target.request("GET", "/.well-known/kilolock").json()["lanes"])
-    probes: list[tuple[str, str, bytes | None]] = [
-        ("GET", "/v1/states/shared", None),
-        ("HEAD", "/v1/states/shared", None),
-        ("DELETE", "/v1/states/shared", None),
-        ("UNLOCK", "/v1/states/shared", lock_body("alpha-lock")),
-        ("POST", "/v1/states/shared?ID=alpha-lock", state_body(3)),
-        ("POST", "/v1/state-unlock/shared", b"alpha-lock"),
+    # (method, path, body, the status B gets both times)
+    probes: list[tuple[str, str, bytes | None, int]] = [
+        ("GET", "/v1/states/shared", None, 404),
+        ("HEAD", "/v1/states/shared", None, 404),
+        ("DELETE", "/v1/states/shared", None, 404),
+        ("UNLOCK", "/v1/states/shared", lock_body("alpha-lock"), 200),  # releases nothing
+        ("POST", "/v1/states/shared?ID=alpha-lock", state_body(3), 409),  # lock_not_held
+        ("POST", "/v1/state-unlock/shared", b"alpha-lock", 200),
     ]
     if native:
-        probes += [("GET", f"/v1/native/states/{path}", None) for path in (
+        probes += [("GET", f"/v1/native/states/{path}", None, 404) for path in (
             "shared", "shared/-/versions", "shared/-/versions/1", "shared/-/lock",
-            "shared/-/outputs", "shared/-/events")]
-        probes.append(("GET", "/v1/native/events?state=shared", None))
+            "shared/-/outputs")]
+        probes += [("GET", "/v1/native/states/shared/-/events", None, 200),  # no events
+                   ("GET", "/v1/native/events?state=shared", None, 200)]
 
     def answers() -> list[Reply]:
         return [target.request(method, path, body, b.auth(b.read if method in (
-            "GET", "HEAD") else b.write)) for method, path, body in probes]
+            "GET", "HEAD") else b.write)) for method, path, body, _ in probes]
 
     before = answers()
     assert target.as_a("POST", "/v1/states/shared", state_body(1)).status == 200
     assert target.as_a("POST", "/v1/states/shared", state_body(2)).status == 200
     assert target.as_a("LOCK", "/v1/states/shared", lock_body("alpha-lock")).status == 200
     after = answers()
-    for (method, path, _), first, second in zip(probes, before, after, strict=True):
+    for (method, path, _, status), first, second in zip(probes, before, after, strict=True):
         assert _same_answer(first, second), (method, path, first, second)
-        assert first.status in (200, 404, 409), (method, path, first.status)
+        assert first.status == status, (method, path, first.status)
     assert before[0].status == 404 and before[0].body == b""
     # A's state is untouched by all of B's attempts
     assert target.as_a("GET", "/v1/states/shared").body == state_body(2)

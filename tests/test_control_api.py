@@ -1,4 +1,4 @@
-"""The control API of hosted mode, in memory (StubTreq over a MemoryStateStore):
+"""The control API of hosted mode, in memory (a Kilolock site over a MemoryStateStore):
 authentication, every route, validation (400 naming the field), duplicates
 (409), unknown handles (404), the token response with its backend block,
 revocation, tenant deletion, and the audit trail with its verification.

@@ -6,6 +6,7 @@ imports under C{if TYPE_CHECKING:} do not run and do not count)."""
 from __future__ import annotations
 
 import ast
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -166,3 +167,29 @@ def test_the_resource_tree_renders_lock_and_unlock_itself() -> None:
             "render_UNLOCK"} <= methods
     assert sorted(f"{module}.{cls}.{method}" for module, cls, method in _method_names()
                   if method.startswith("do_") and method[3:].isupper()) == []
+
+
+#: The resources of kilolock/web that define C{render}, and why.  An error
+#: page has no method to dispatch: it answers every method with its one error,
+#: as twisted.web's own error pages do.
+RENDER_DEFINED_BY = {"kilolock.web._base.ErrorPage"}
+
+
+def _subclasses(cls: type) -> Iterator[type]:
+    for subclass in cls.__subclasses__():
+        yield subclass
+        yield from _subclasses(subclass)
+
+
+def test_no_resource_dispatches_methods_itself() -> None:
+    """twisted.web's Resource.render dispatches every method to render_<METHOD>
+    (its allowedMethods, its UnsupportedMethod): no resource under
+    kilolock/web defines render, the error page aside."""
+    from twisted.web.resource import Resource
+
+    for name in modules():
+        if name.startswith("kilolock.web"):
+            importlib.import_module(name)
+    defining = {f"{cls.__module__}.{cls.__qualname__}" for cls in _subclasses(Resource)
+                if cls.__module__.startswith("kilolock.web") and "render" in vars(cls)}
+    assert defining == RENDER_DEFINED_BY

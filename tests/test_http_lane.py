@@ -1,6 +1,6 @@
-"""The HTTP backend lane, resource by resource, in memory (StubTreq).
+"""The HTTP backend lane, resource by resource, in memory.
 
-Every rule of shared/design/contract.md that can be checked without a socket:
+Every rule of the HTTP backend contract that can be checked without a socket:
 success codes, each lock-matrix cell, replays, bodies, paths, methods, auth.
 """
 
@@ -335,6 +335,17 @@ def test_post_query_is_parsed_not_matched(client: StubClient) -> None:
     locked(client, "a b")
     reply = client.post(STATE + "?ID=a+b&b=2&tenant=acme", state_body(1))
     assert reply.status == 200
+
+
+def test_id_is_read_like_every_query_parameter(client: StubClient) -> None:
+    """?ID= is read by the one rule of every lane: the last value wins, and
+    one that is not UTF-8 is a 400 naming it (nothing stored)."""
+    locked(client, "a")
+    assert client.post(STATE + "?ID=b&ID=a", state_body(1)).status == 200
+    reply = client.post(STATE + "?ID=%FF", state_body(2))
+    assert (reply.status, reply.error_code) == (400, "bad_request")
+    assert "ID" in reply.json()["error"]["message"]
+    assert client.get(STATE).body == state_body(1)
 
 
 def test_delete_free_state_is_200_and_gone(client: StubClient) -> None:

@@ -40,8 +40,7 @@ class Server:
     def __init__(self, service: Any, store: MemoryStateStore) -> None:
         self.service = service
         self.store = store
-        port = service.web_service._waitingForPort.result
-        self.port = port.getHost().port
+        self.port = service.listening.port.getHost().port
         self.url = f"http://127.0.0.1:{self.port}"
 
 

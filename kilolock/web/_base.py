@@ -1,9 +1,17 @@
-"""The one async base resource: method dispatch, errors as JSON, cancellation.
+"""The one async base resource: twisted.web's own dispatch, errors as JSON,
+cancellation when the client goes away; and the error pages routing hands out.
 
-A subclass defines C{async def do_GET(self, request) -> Response} (and so on
-for every method it answers, custom ones like LOCK included).  Everything
-that can go wrong is a L{KilolockError}; anything else is logged without its
-message (which might quote data) and answered as an opaque 500.
+A resource answers a method with C{render_<METHOD>} (C{render_LOCK} and
+C{render_UNLOCK} among them), dispatched by L{Resource.render} itself: a
+method the resource lacks raises L{UnsupportedMethod} with the resource's
+C{allowedMethods}, which L{kilolock.web.request.KilolockRequest} answers with
+Kilolock's JSON 405.  Handlers are coroutines under L{render_async}: it runs
+them, turns what they answer or raise into the response, and returns
+C{NOT_DONE_YET}.
+
+Everything that can go wrong is a L{KilolockError}, which carries its status
+and code; anything else is logged without its message (which might quote
+data) and answered as an opaque 500 with an incident id.
 """
 
 from __future__ import annotations
@@ -12,23 +20,31 @@ import json
 import traceback
 import uuid
 from collections.abc import Callable, Coroutine
-from typing import Any, ClassVar
+from functools import wraps
+from typing import Any, ClassVar, TypeVar
 
 from attrs import field, frozen
 from twisted.internet.defer import CancelledError, Deferred, ensureDeferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from twisted.python.reflect import prefixedMethodNames
+from twisted.web.error import UnsupportedMethod
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
-from kilolock.errors import KilolockError, LockConflict, MethodNotAllowed
-from kilolock.web.request import site_metrics
+from kilolock.errors import InvalidPath, KilolockError, LockConflict, NotFound
+from kilolock.metrics import Metrics
+from kilolock.web.context import UNMATCHED
+from kilolock.web.paths import validate_segment
 
 log = Logger()
 
 _REASONS = {423: b"Locked", 413: b"Payload Too Large", 429: b"Too Many Requests"}
 
 JSON = b"application/json"
+
+#: What every path Kilolock does not serve answers.
+NO_SUCH_ROUTE = "no such route"
 
 
 @frozen
@@ -62,7 +78,7 @@ def write_response(request: Request, response: Response) -> None:
         request.setHeader(name, value)
     request.setHeader(b"Content-Length", str(len(response.body)).encode())
     if response.body:
-        request.write(response.body)
+        request.write(response.body)  # twisted.web drops it for HEAD
     request.finish()
 
 
@@ -78,85 +94,163 @@ def log_unexpected(failure: Failure) -> str:
     return incident
 
 
-Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+def response_for_failure(failure: Failure, metrics: Metrics | None) -> Response:
+    """The answer to a handler's failure: a L{KilolockError}'s own response
+    (a lock conflict counted), anything else a logged, opaque 500."""
+    error = failure.value
+    if isinstance(error, KilolockError):
+        if isinstance(error, LockConflict) and metrics is not None:
+            metrics.lock_conflicts.inc()
+        return response_for_error(error)
+    incident = log_unexpected(failure)
+    return Response(500, error_body(
+        "internal_error", f"internal error (incident {incident}); see the server log"), JSON)
 
 
-class AsyncResource(Resource):
-    """Dispatches C{METHOD} to C{do_METHOD}; answers unknown methods with 405."""
+class KilolockResource(Resource):
+    """A resource of Kilolock's tree: it names its route for the access log
+    and the metrics (L{kilolock.web.context.RequestContext.route})."""
 
-    isLeaf = True
+    route: str = UNMATCHED
+
+
+R = TypeVar("R", bound="AsyncResource")
+
+
+def render_async(handler: Callable[[R, Request], Coroutine[Any, Any, Response]],
+                 ) -> Callable[[R, Request], int]:
+    """Make C{async def render_X(self, request) -> Response} a twisted.web
+    render method.
+
+    The coroutine runs at once; its L{Response}, or the response its failure
+    maps to (L{response_for_failure}), is written when it is done.  When the
+    client disconnects first, the work of a method in the resource's
+    C{cancel_on_disconnect} (reads) is cancelled, and nothing is written.
+
+    @return: the render method, which returns C{NOT_DONE_YET}.
+    """
+
+    @wraps(handler)
+    def render(resource: R, request: Request) -> int:
+        disconnected = False
+        work: Deferred[Response] | None = None
+
+        def gone(reason: Failure) -> None:
+            nonlocal disconnected
+            disconnected = True
+            if work is not None and request.method in resource.cancel_on_disconnect:
+                work.cancel()
+
+        def answer(response: Response) -> None:
+            if not disconnected:
+                write_response(request, response)
+
+        def failed(failure: Failure) -> None:
+            if disconnected and failure.check(CancelledError):
+                return
+            answer(response_for_failure(failure, resource.metrics))
+
+        request.notifyFinish().addErrback(gone)
+        work = ensureDeferred(handler(resource, request))
+        work.addCallbacks(answer, failed).addErrback(log_unexpected)
+        return NOT_DONE_YET
+
+    return render
+
+
+def allowed_methods(cls: type[AsyncResource]) -> list[bytes]:
+    """The methods a resource class answers: its C{render_X} methods, and
+    HEAD when it answers GET and C{answers_head}."""
+    names = set(prefixedMethodNames(cls, "render_")) - {"HEAD"}
+    if "GET" in names and cls.answers_head:
+        names.add("HEAD")
+    return sorted(name.encode("ascii") for name in names)
+
+
+class AsyncResource(KilolockResource):
+    """A resource whose methods are C{render_X} coroutines under
+    L{render_async}.  Below it, by default, nothing: a JSON 404."""
+
     #: Methods whose work is cancelled when the client goes away.  Writes are
     #: never cancelled: a write that started is committed or rolled back by
     #: the store, never abandoned half-way by a dropped connection.
     cancel_on_disconnect: ClassVar[frozenset[bytes]] = frozenset({b"GET", b"HEAD"})
-    #: The route template metrics and access logs name this resource by.
-    route: ClassVar[str] = "other"
+    #: Whether HEAD is answered as GET without the body.
+    answers_head: ClassVar[bool] = True
+    #: Where lock conflicts are counted (None: nowhere).
+    metrics: Metrics | None = None
 
-    def allowed_methods(self) -> list[bytes]:
-        methods = {name[3:].encode() for name in dir(self) if name.startswith("do_")}
-        if b"GET" in methods:
-            methods.add(b"HEAD")
-        return sorted(methods)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # What Resource.render puts in UnsupportedMethod (and so in Allow).
+        cls.allowedMethods = allowed_methods(cls)
 
-    def render(self, request: Request) -> Any:
-        request.route = self.route  # type: ignore[attr-defined]
-        method = request.method.upper()
-        handler: Handler | None = getattr(self, "do_" + method.decode("ascii", "replace"),
-                                          None)
-        if handler is None and method == b"HEAD":
-            handler = getattr(self, "do_GET", None)
-        if handler is None:
-            write_response(request,
-                           response_for_error(MethodNotAllowed(self.allowed_methods())))
-            return NOT_DONE_YET
-        self.run(request, handler, method in self.cancel_on_disconnect)
+    def render_HEAD(self, request: Request) -> Any:
+        """GET without its body (twisted.web writes no body for HEAD), or a
+        refusal like any other method the resource lacks."""
+        if b"HEAD" not in self.allowedMethods:
+            raise UnsupportedMethod(self.allowedMethods)
+        return self.render_GET(request)  # type: ignore[attr-defined]  # allowed: it has one
+
+    def getChild(self, path: bytes, request: Request) -> Resource:
+        return ErrorPage(NotFound(NO_SUCH_ROUTE))
+
+
+class ErrorPage(KilolockResource):
+    """Answers every method with one error; every path below it is the same
+    page.
+
+    The one kind of Kilolock resource that overrides C{render}, as
+    twisted.web's own error pages do: it has no method to dispatch.
+    """
+
+    def __init__(self, error: KilolockError, route: str = UNMATCHED) -> None:
+        super().__init__()
+        self.error = error
+        self.route = route
+
+    def render(self, request: Request) -> int:
+        write_response(request, response_for_error(self.error))
         return NOT_DONE_YET
 
-    def run(self, request: Request, handler: Handler, cancellable: bool) -> Deferred[None]:
-        finished = [False]
-        pending: list[Deferred[Response]] = []
-
-        def gone(_: object) -> None:
-            finished[0] = True
-            if cancellable and pending:
-                pending[0].cancel()
-
-        def answer(response: Response) -> None:
-            if not finished[0]:
-                write_response(request, response)
-
-        def failed(failure: Failure) -> None:
-            if failure.check(CancelledError) and finished[0]:
-                return
-            if failure.check(KilolockError):
-                if failure.check(LockConflict):
-                    metrics = site_metrics(request)
-                    if metrics is not None:
-                        metrics.lock_conflicts.inc()
-                error = failure.value
-                assert isinstance(error, KilolockError)
-                answer(response_for_error(error))
-                return
-            incident = log_unexpected(failure)
-            answer(Response(500, error_body(
-                "internal_error", f"internal error (incident {incident}); see the server log"),
-                JSON))
-
-        def unexpected(failure: Failure) -> None:
-            log_unexpected(failure)
-
-        request.notifyFinish().addBoth(gone)
-        work: Deferred[Response] = ensureDeferred(handler(request))
-        pending.append(work)
-        finishing: Deferred[None] = work.addCallbacks(answer, failed)
-        return finishing.addErrback(unexpected)
+    def getChild(self, path: bytes, request: Request) -> Resource:
+        return self
 
 
-class NotFoundResource(AsyncResource):
-    """A JSON 404 for every method on paths Kilolock does not serve."""
+class Directory(ErrorPage):
+    """Fixed children (C{putChild}); any other path below, or the path ending
+    here, is a JSON 404."""
 
-    def render(self, request: Request) -> Any:
-        from kilolock.errors import NotFound
+    def __init__(self) -> None:
+        super().__init__(NotFound(NO_SUCH_ROUTE))
 
-        write_response(request, response_for_error(NotFound("no such route")))
-        return NOT_DONE_YET
+
+def named_child(path: bytes, child: Callable[[str], Resource],
+                route: str = UNMATCHED) -> Resource:
+    """The resource for one raw path segment that names something: a 400
+    page naming the path rule the segment breaks (L{validate_segment}), or
+    C{child(segment)}."""
+    try:
+        segment = validate_segment(path)
+    except InvalidPath as error:
+        return ErrorPage(error, route)
+    return child(segment)
+
+
+class Branch(ErrorPage):
+    """A path segment below which names follow.
+
+    The path ending here answers C{error} (a 404) to every method.  The next
+    segment is checked against the path rules and handed to C{child}; without
+    C{child} nothing is below, and every deeper path answers C{error} too,
+    its segments still checked: a bad segment anywhere in a path is a 400,
+    whether or not the path names anything.
+    """
+
+    def __init__(self, error: KilolockError, route: str = UNMATCHED,
+                 child: Callable[[str], Resource] | None = None) -> None:
+        super().__init__(error, route)
+        self.child = child
+
+    def getChild(self, path: bytes, request: Request) -> Resource:
+        return named_child(path, self.child or (lambda segment: self), self.route)

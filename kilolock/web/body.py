@@ -10,8 +10,8 @@ import hashlib
 import io
 import json
 import threading
-from collections.abc import Iterator
-from typing import IO, Any
+from collections.abc import Callable, Iterator
+from typing import IO, Any, TypeVar
 
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
@@ -24,11 +24,13 @@ from kilolock.web.request import DEFAULT_MAX_BODY_BYTES
 
 log = Logger()
 
+T = TypeVar("T")
+
 #: Bodies at least this large are read and parsed in a thread.
 THREAD_THRESHOLD = 256 * 1024
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "check_md5", "parse_upload", "read_body",
-           "unlock_lock_id", "verify_md5"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "check_md5", "in_thread_if_large", "parse_upload",
+           "read_body", "unlock_lock_id", "verify_md5"]
 
 
 def _read_all(content: IO[bytes]) -> bytes:
@@ -120,6 +122,19 @@ async def parse_upload(request: Request, body: bytes, reactor: Any) -> StateUplo
         return prepare_upload(body, content_md5)
     return await deferToThreadPool(reactor, reactor.getThreadPool(), _prepare_large_upload,
                                    body, content_md5)
+
+
+async def in_thread_if_large(reactor: Any, size: int, function: Callable[..., T],
+                             *args: Any) -> T:
+    """C{function(*args)}, in the reactor's thread pool when C{size} bytes are
+    involved beyond the threshold (inline without a reactor: in-memory tests).
+
+    @return: (awaited) what C{function} returns.
+    """
+    if reactor is None or size < THREAD_THRESHOLD:
+        return function(*args)
+    result: T = await deferToThreadPool(reactor, reactor.getThreadPool(), function, *args)
+    return result
 
 
 def unlock_lock_id(body: bytes, query_id: str | None, allow_plain: bool) -> str | None:

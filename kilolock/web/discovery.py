@@ -1,8 +1,8 @@
 """C{GET /.well-known/kilolock}: the lanes this server offers.
 
 Unauthenticated and cacheable.  Every advertised path is plain ASCII path
-segments: nothing in it is percent-encoded (ADR 0018 rule 1), which a test
-checks by comparing each path with its escaped form.
+segments: nothing in it is percent-encoded (names travel as ordinary
+segments), which a test checks by comparing each path with its escaped form.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from twisted.web.server import Request
 
 import kilolock
-from kilolock.web._base import JSON, AsyncResource, Response
+from kilolock.web._base import JSON, AsyncResource, Response, render_async
 from kilolock.web.native import BASE_PATH, LANE_NAME, LANE_VERSION, MARKER
 
 #: Version of the discovery document's own shape.
@@ -58,10 +58,13 @@ class DiscoveryResource(AsyncResource):
     """The discovery document, identical for every caller."""
 
     route = "/.well-known/kilolock"
+    #: Whatever follows in the path is ignored.
+    isLeaf = True
 
     def __init__(self, auth_mode: str) -> None:
         super().__init__()
         self.body = json.dumps(discovery_document(auth_mode), indent=2).encode() + b"\n"
 
-    async def do_GET(self, request: Request) -> Response:
+    @render_async
+    async def render_GET(self, request: Request) -> Response:
         return Response(200, self.body, JSON, {b"Cache-Control": b"public, max-age=300"})

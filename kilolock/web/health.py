@@ -15,7 +15,7 @@ from kilolock.conditions import FALSE, TRUE, ConditionTracker, is_ready
 from kilolock.errors import NotFound
 from kilolock.interfaces import IStateStore
 from kilolock.model import Condition, StoreProbe
-from kilolock.web._base import JSON, AsyncResource, Response
+from kilolock.web._base import JSON, NO_SUCH_ROUTE, AsyncResource, Response, render_async
 
 #: C{observedGeneration} of server conditions: the schema generation this
 #: build of Kilolock expects (1 for a store without a schema).
@@ -26,10 +26,13 @@ class HealthResource(AsyncResource):
     """Answers 200 C{{"status": "ok"}} while the process serves requests."""
 
     route = "/healthz"
+    #: A probe path has nothing below it; GET of one is a 404.
+    isLeaf = True
 
-    async def do_GET(self, request: Request) -> Response:
+    @render_async
+    async def render_GET(self, request: Request) -> Response:
         if request.postpath:
-            raise NotFound("no such route")
+            raise NotFound(NO_SUCH_ROUTE)
         return Response(200, b'{"status": "ok"}', JSON)
 
 
@@ -63,6 +66,7 @@ class ReadinessResource(AsyncResource):
     """C{GET /readyz}: the conditions; 200 when ready, else 503."""
 
     route = "/readyz"
+    isLeaf = True
     cancel_on_disconnect = frozenset()
 
     def __init__(self, store: IStateStore, tracker: ConditionTracker | None = None) -> None:
@@ -70,9 +74,10 @@ class ReadinessResource(AsyncResource):
         self.store = store
         self.tracker = tracker or ConditionTracker()
 
-    async def do_GET(self, request: Request) -> Response:
+    @render_async
+    async def render_GET(self, request: Request) -> Response:
         if request.postpath:
-            raise NotFound("no such route")
+            raise NotFound(NO_SUCH_ROUTE)
         probe = await self.store.probe()
         conditions = server_conditions(probe, self.tracker)
         ready = is_ready(conditions)

@@ -7,25 +7,28 @@ from twisted.web.server import Request
 
 from kilolock.interfaces import IStateStore
 from kilolock.metrics import Metrics
-from kilolock.web._base import AsyncResource, Response
+from kilolock.web._base import AsyncResource, Response, render_async
 
 
 class MetricsResource(AsyncResource):
     """Every counter, histogram and gauge of this server."""
 
     route = "/metrics"
+    #: Whatever follows in the path is ignored.
+    isLeaf = True
 
     def __init__(self, metrics: Metrics, store: IStateStore) -> None:
         super().__init__()
-        self.metrics = metrics
+        self.exported = metrics
         self.store = store
 
-    async def do_GET(self, request: Request) -> Response:
+    @render_async
+    async def render_GET(self, request: Request) -> Response:
         probe = await self.store.probe()
-        self.metrics.database_up.set(1 if probe.reachable else 0)
+        self.exported.database_up.set(1 if probe.reachable else 0)
         if probe.connections_total is not None:
-            connections = self.metrics.database_connections
+            connections = self.exported.database_connections
             connections.labels("alive").set(probe.connections_alive or 0)
             connections.labels("total").set(probe.connections_total)
-        return Response(200, generate_latest(self.metrics.registry),
+        return Response(200, generate_latest(self.exported.registry),
                         CONTENT_TYPE_LATEST.encode())

@@ -1,4 +1,5 @@
-"""Path-segment rules for state names (contract "Addressing", ADR 0018 rule 1).
+"""Path-segment rules: every name in a URL (a state's, a tenant's, a token's)
+is one ordinary path segment, checked by L{validate_segment} in every tree.
 
 twisted.web splits the path on C{/} before percent-decoding each segment, so
 a C{%2F} arrives here as a C{/} inside one segment: it is refused, never
@@ -6,10 +7,6 @@ interpreted.
 """
 
 from __future__ import annotations
-
-from typing import Any
-
-from attrs import frozen
 
 from kilolock.errors import InvalidPath
 
@@ -44,48 +41,12 @@ def validate_segment(raw: bytes) -> str:
     return text
 
 
-@frozen
-class StateAddress:
-    """The validated segments of a state URL: one (C{name}) or three
-    (C{workspace_id/env_public_id/state_name})."""
+def state_segments(text: str) -> tuple[str, ...] | None:
+    """The validated segments of a state named in text (a query parameter):
+    C{name} or C{workspace_id/env_public_id/state_name}.
 
-    segments: tuple[str, ...]
-
-    @property
-    def hosted(self) -> bool:
-        return len(self.segments) == 3
-
-    @property
-    def path(self) -> str:
-        return "/".join(self.segments)
-
-
-def parse_state_segments(raw_segments: list[bytes],
-                         allow_lock_suffix: bool) -> tuple[StateAddress, bool] | None:
-    """Validate every segment and split off a trailing C{lock} alias segment.
-
-    @return: C{(address, is_lock_alias)}, or None when the number of segments
-        fits no route (the caller answers 404).
-    @raise InvalidPath: when any segment breaks a rule.
+    @return: the segments, or None when there are neither one nor three.
+    @raise InvalidPath: when a segment breaks a rule.
     """
-    segments = [validate_segment(raw) for raw in raw_segments]
-    lock_alias = False
-    if allow_lock_suffix and len(segments) in (2, 4) and segments[-1] == LOCK_SUFFIX:
-        segments.pop()
-        lock_alias = True
-    if len(segments) not in (1, 3):
-        return None
-    return StateAddress(tuple(segments)), lock_alias
-
-
-def consume_segments(path: bytes, request: Any) -> list[bytes]:
-    """Take C{path} and every segment after it off the request's C{postpath}
-    (a collection resource resolves all of them at once).
-
-    @return: the raw (percent-decoded, not yet validated) segments.
-    """
-    remaining: list[bytes] = request.postpath or []
-    if request.prepath is not None:
-        request.prepath.extend(remaining)
-    request.postpath = []
-    return [path, *remaining]
+    segments = tuple(validate_segment(part.encode()) for part in text.split("/"))
+    return segments if len(segments) in (1, 3) else None

@@ -12,7 +12,8 @@ from twisted.web.server import Request
 from kilolock.errors import BadRequest, InvalidField
 from kilolock.model import parse_created
 
-__all__ = ["field_error", "plain_error", "query_time", "query_value", "query_values"]
+__all__ = ["field_error", "plain_error", "query_id", "query_time", "query_value",
+           "query_values"]
 
 #: How a lane words a bad parameter: (parameter name, message) -> the error.
 ErrorFor = Callable[[str, str], BadRequest]
@@ -37,6 +38,12 @@ def query_value(request: Request, name: str, error: ErrorFor) -> str | None:
         return str(values[-1].decode("utf-8"))
     except UnicodeDecodeError:
         raise error(name, f"the query parameter {name} is not valid UTF-8") from None
+
+
+def query_id(request: Request) -> str | None:
+    """The lock ID in C{?ID=} (None when absent or empty), on every route that
+    takes one: writes and deletes fenced by a lock, unlocks, rollbacks."""
+    return query_value(request, "ID", plain_error) or None
 
 
 def query_values(request: Request, name: str) -> list[str]:

@@ -1,5 +1,6 @@
 """The request class of a Kilolock site: body limit, deadlines, request id,
-client origin, and one metrics observation and access-log event per request.
+client origin, Kilolock's JSON 405, and one metrics observation and
+access-log event per request.
 """
 
 from __future__ import annotations
@@ -14,9 +15,14 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from twisted.web.error import UnsupportedMethod
 from twisted.web.http import HTTPChannel
-from twisted.web.server import Request
+from twisted.web.resource import IResource
+from twisted.web.server import NOT_DONE_YET, Request
 
+from kilolock.errors import MethodNotAllowed
+from kilolock.web._base import KilolockResource, response_for_error, write_response
+from kilolock.web.context import context_of
 from kilolock.web.forwarded import ClientOrigin, client_origin
 
 log = Logger(namespace="kilolock.access")
@@ -125,10 +131,6 @@ class KilolockRequest(Request):
     _peer = "unknown"
     _secure = False
 
-    #: Set by the resource that answers: its route template and the caller.
-    route = "unmatched"
-    tenant: str | None = None
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.request_id = os.urandom(8).hex()
@@ -166,7 +168,9 @@ class KilolockRequest(Request):
         self._secure = self.isSecure()
         self._count_in_flight(+1)
         self.notifyFinish().addBoth(self._observe)
-        super().requestReceived(command, path, version)
+        # Kilolock has always matched methods whatever their case (C{get} is
+        # GET); Resource.render looks up render_<METHOD> as sent.
+        super().requestReceived(command.upper(), path, version)
 
     def _count_in_flight(self, change: int) -> None:
         _count(self._kilolock_site, "in_flight", change)
@@ -216,25 +220,51 @@ class KilolockRequest(Request):
         self.setHeader(b"X-Request-Id", self.request_id.encode())
         super().process()
 
+    def render(self, resrc: IResource) -> None:
+        """Render C{resrc}, answering a method it refuses with Kilolock's JSON
+        405 and its C{Allow} header.
+
+        L{Resource.render} raises L{UnsupportedMethod} for a method a
+        resource lacks; twisted.web's L{Request.render} answers it with an
+        HTML page (405 for GET, HEAD and POST, 501 for every other method).
+        This is the one place that answer is made instead: every resource of
+        every Kilolock site gets it, and no resource re-implements dispatch.
+        The rest is twisted.web's own: a resource answers later
+        (C{NOT_DONE_YET}) or with bytes, and HEAD writes no body.
+        """
+        if isinstance(resrc, KilolockResource):
+            context_of(self).route = resrc.route
+        try:
+            body = resrc.render(self)
+        except UnsupportedMethod as refused:
+            write_response(self, response_for_error(
+                MethodNotAllowed(sorted(refused.allowedMethods))))
+            return
+        if body is not NOT_DONE_YET:
+            self.setHeader(b"Content-Length", str(len(body)).encode())
+            self.write(body)
+            self.finish()
+
     def _observe(self, result: object) -> None:
         self._count_in_flight(-1)
         duration = time.monotonic() - self.arrived
         method = self.method.decode("ascii", "replace") if self.method else "?"
         status = self.code if self.finished else 499
+        context = context_of(self)
         metrics = self._site_setting("metrics", None)
         if metrics is not None:
-            metrics.requests.labels(self.route, method, str(status)).inc()
-            metrics.latency.labels(self.route, method).observe(duration)
+            metrics.requests.labels(context.route, method, str(status)).inc()
+            metrics.latency.labels(context.route, method).observe(duration)
         origin = self.origin()
         # The message is formatted here, once: a format string with one field
         # costs the log observers a third less than one with six.
         log.info(
             "{log_access_line}",
-            log_access_line=f"{method} {self.route} {status} {duration * 1000:.1f}ms"
+            log_access_line=f"{method} {context.route} {status} {duration * 1000:.1f}ms"
                             f" client={origin.address} request={self.request_id}",
-            method=method, route=self.route, status=status,
+            method=method, route=context.route, status=status,
             duration_ms=duration * 1000, client=origin.address, scheme=origin.scheme,
-            request_id=self.request_id, tenant=self.tenant,
+            request_id=self.request_id, tenant=context.tenant,
             path=self.path.decode("utf-8", "replace") if self.path else None,
         )
 
@@ -245,9 +275,3 @@ def client_address(request: Request) -> str | None:
         return request.origin().address
     return getattr(request.getClientAddress(), "host", None)
 
-
-def site_metrics(request: Request) -> Any:
-    """The L{kilolock.metrics.Metrics} of the request's site, or None."""
-    if isinstance(request, KilolockRequest):
-        return request._site_setting("metrics", None)
-    return None

@@ -11,34 +11,27 @@ from twisted.web.server import Site
 
 from kilolock.interfaces import IStateStore
 from kilolock.metrics import Metrics
-from kilolock.web._base import NotFoundResource
+from kilolock.web._base import Directory
 from kilolock.web.discovery import DiscoveryResource
 from kilolock.web.forwarded import Network
 from kilolock.web.health import HealthResource, ReadinessResource
+from kilolock.web.lane import StateLane
 from kilolock.web.metrics import MetricsResource
-from kilolock.web.native import NativeRoot
+from kilolock.web.native.tree import NativeRoot
 from kilolock.web.request import DEFAULT_MAX_BODY_BYTES, KilolockChannel, KilolockRequest
-from kilolock.web.states import StateLane, StatesCollection
-
-
-class _Branch(Resource):
-    """A fixed path segment: its children, or a JSON 404."""
-
-    def getChild(self, path: bytes, request: Any) -> Resource:
-        return NotFoundResource()
-
-    def render(self, request: Any) -> Any:
-        return NotFoundResource().render(request)
+from kilolock.web.states import StateResource, StateUnlockResource, states_branch
 
 
 def build_root(store: IStateStore, portal: Portal, reactor: Any,
                metrics: Metrics | None = None, auth_mode: str = "open") -> Resource:
-    """The tree: C{/v1/states/...}, C{/v1/state-unlock/...}, C{/healthz},
-    C{/readyz}, C{/metrics} and C{/.well-known/kilolock}."""
-    lane = StateLane(store=store, portal=portal, reactor=reactor)
-    root = _Branch()
-    v1 = _Branch()
-    well_known = _Branch()
+    """The state listener's tree: C{/v1/states/...} and C{/v1/state-unlock/...}
+    (L{kilolock.web.states}), C{/v1/native/...} (L{kilolock.web.native}),
+    C{/healthz}, C{/readyz}, C{/metrics} (with C{metrics}) and
+    C{/.well-known/kilolock}; anything else a JSON 404."""
+    lane = StateLane(store=store, portal=portal, reactor=reactor, metrics=metrics)
+    root = Directory()
+    v1 = Directory()
+    well_known = Directory()
     root.putChild(b"v1", v1)
     root.putChild(b"healthz", HealthResource())
     root.putChild(b"readyz", ReadinessResource(store))
@@ -46,9 +39,9 @@ def build_root(store: IStateStore, portal: Portal, reactor: Any,
     well_known.putChild(b"kilolock", DiscoveryResource(auth_mode))
     if metrics is not None:
         root.putChild(b"metrics", MetricsResource(metrics, store))
-    v1.putChild(b"states", StatesCollection(lane))
-    v1.putChild(b"state-unlock", StatesCollection(lane, unlock_only=True))
-    v1.putChild(b"native", NativeRoot(lane))  # the KL-native lane (kilolock.web.native)
+    v1.putChild(b"states", states_branch(lane, StateResource))
+    v1.putChild(b"state-unlock", states_branch(lane, StateUnlockResource))
+    v1.putChild(b"native", NativeRoot(lane))
     return root
 
 
@@ -64,10 +57,9 @@ class KilolockSite(Site):
                  request_timeout: float | None = None,
                  trusted_proxies: Sequence[Network] = (),
                  metrics: Metrics | None = None, **kwargs: Any) -> None:
-        super().__init__(resource, **kwargs)
         # No resource reads HTML form fields: skip parsing the Content-Type
         # of every POST (twisted.web does it with the email package, ~25 us).
-        self._parsePOSTFormSubmission = False
+        super().__init__(resource, parsePOSTFormSubmission=False, **kwargs)
         #: Requests whose bytes are arriving, and requests being processed.
         self.receiving = 0
         self.in_flight = 0

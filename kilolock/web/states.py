@@ -1,207 +1,187 @@
-"""The Terraform/OpenTofu HTTP backend lane: C{/v1/states} and C{/v1/state-unlock}.
+"""The Terraform/OpenTofu HTTP backend: C{/v1/states} and C{/v1/state-unlock}.
 
-Routes (each name a validated path segment, see L{kilolock.web.paths}):
+Routes (each name one validated path segment, see L{kilolock.web.paths}):
 
   GET|HEAD|POST|PUT|DELETE|LOCK|UNLOCK  /v1/states/{name}
   GET|HEAD|POST|PUT|DELETE|LOCK|UNLOCK  /v1/states/{workspace_id}/{env_public_id}/{state_name}
   POST (= LOCK), DELETE (= UNLOCK)      /v1/states/.../lock
   POST (= UNLOCK)                       /v1/state-unlock/...
+
+The tree, one segment at a time (C{getChild}):
+
+  /v1/states                        a branch: 404 "name a state"
+    {name}                          L{StateResource} of C{name}
+      lock                          L{LockAliasResource} of C{name}
+        {state_name}                L{StateResource} of C{name/lock/state_name}
+      {env_public_id}               a branch: 404
+        {state_name}                L{StateResource} of C{name/env_public_id/state_name}
+          lock                      L{LockAliasResource} of that state
+
+  /v1/state-unlock                  the same shape, with L{StateUnlockResource}s
+                                    and no C{lock} alias
+
+So a one-segment state may be named C{lock}; C{{name}/lock} is the lock
+alias of C{{name}}; three segments are a name of their own (in the open and
+static auth modes an ordinary one, in hosted mode C{workspace/environment/
+state}).  Anything deeper, or two segments, is a JSON 404, its segments
+still checked (a bad segment anywhere is a 400).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
-from attrs import evolve, frozen
-from twisted.cred.portal import Portal
 from twisted.web.resource import Resource
-from twisted.web.server import NOT_DONE_YET, Request
+from twisted.web.server import Request
 
-from kilolock.auth import authenticate
-from kilolock.errors import Forbidden, InvalidPath, KilolockError, NotFound
-from kilolock.interfaces import IStateStore
-from kilolock.model import LockInfo, Principal, StateKey
-from kilolock.tls import with_client_certificate
-from kilolock.web._base import JSON, AsyncResource, Response, response_for_error, write_response
+from kilolock.errors import NotFound
+from kilolock.model import LockInfo
+from kilolock.web._base import JSON, AsyncResource, Branch, Response, named_child, render_async
 from kilolock.web.body import check_md5, parse_upload, read_body, unlock_lock_id
-from kilolock.web.paths import StateAddress, consume_segments, parse_state_segments
-from kilolock.web.request import client_address, site_metrics
+from kilolock.web.lane import StateLane
+from kilolock.web.paths import LOCK_SUFFIX
+from kilolock.web.query import query_id
+
+NO_STATE = ("no such route: a state is addressed as /{name} or"
+            " /{workspace_id}/{env_public_id}/{state_name}")
+
+#: Builds the resource of the state at some segments, in one of the two trees.
+StateFactory = Callable[[StateLane, tuple[str, ...]], Resource]
 
 
-@frozen
-class StateLane:
-    """What every state resource needs: the store, the auth portal, the reactor."""
-
-    store: IStateStore
-    portal: Portal
-    reactor: Any
-
-    async def principal(self, request: Request) -> Principal:
-        return await authenticate(self.portal, request.getHeader(b"Authorization"))
-
-    def key_for(self, principal: Principal, address: StateAddress) -> StateKey:
-        """Map an address to the caller's state, deciding 403 from the token and
-        the URL alone (before any storage read)."""
-        if principal.workspace_id is None:
-            return StateKey(principal.tenant, address.path)
-        if (principal.basic_username is not None
-                and principal.basic_username != principal.workspace_id):
-            raise Forbidden("the Basic username must be the token's workspace_id")
-        scope = (principal.workspace_id, principal.env_public_id)
-        if address.hosted:
-            if tuple(address.segments[:2]) != scope:
-                raise Forbidden("this token does not grant access to that workspace/environment")
-            return StateKey(principal.tenant, address.path)
-        return StateKey(principal.tenant, "/".join((*scope, address.segments[0])))  # type: ignore[arg-type]
+def nothing_below() -> Resource:
+    """What a path below a complete state address names: nothing."""
+    return Branch(NotFound(NO_STATE))
 
 
-def _query_id(request: Request) -> str | None:
-    values: list[bytes] = (request.args or {}).get(b"ID") or []
-    if not values or not values[0]:
-        return None
-    return values[0].decode("utf-8", "replace")
+class _StateNode(AsyncResource):
+    """A resource of the state at C{segments} (one or three)."""
 
-
-class _StateBase(AsyncResource):
-    def __init__(self, lane: StateLane, address: StateAddress) -> None:
+    def __init__(self, lane: StateLane, segments: tuple[str, ...]) -> None:
         super().__init__()
         self.lane = lane
-        self.address = address
+        self.segments = segments
+        self.metrics = lane.metrics
 
-    async def _key(self, request: Request, write: bool) -> StateKey:
-        principal = await self.lane.principal(request)
-        request.tenant = principal.tenant  # type: ignore[attr-defined]
-        key = self.lane.key_for(principal, self.address)
-        if write and not principal.can_write:
-            raise Forbidden("this token is read-only")
-        request.kilolock_principal = with_client_certificate(  # type: ignore[attr-defined]
-            evolve(principal, address=client_address(request)), request)
-        return key
+    def getChild(self, path: bytes, request: Request) -> Resource:
+        return named_child(path, self.child)
 
-    def _principal(self, request: Request) -> Principal:
-        principal: Principal = request.kilolock_principal  # type: ignore[attr-defined]
-        return principal
+    def child(self, segment: str) -> Resource:
+        return nothing_below()
 
-    async def _lock(self, request: Request) -> Response:
-        key = await self._key(request, write=True)
+    def hosted(self, second: str, state: StateFactory) -> Resource:
+        """Below a one-segment address, C{second} is the middle segment of the
+        three-segment form, whose state is built by C{state}."""
+        if len(self.segments) != 1:
+            return nothing_below()
+        first = self.segments[0]
+        return Branch(NotFound(NO_STATE),
+                      child=lambda name: state(self.lane, (first, second, name)))
+
+    async def release(self, request: Request, accepts_plain_lock_id: bool) -> Response:
+        """Release the lock an unlock request names (a force release without one)."""
+        principal, key = await self.lane.authorize_state(request, self.segments, write=True)
         body = await read_body(request, self.lane.reactor)
         check_md5(request, body)
-        info = LockInfo.from_bytes(body)
-        acquired = await self.lane.store.acquire_lock(key, info, self._principal(request))
-        metrics = site_metrics(request)
-        if acquired and metrics is not None:
-            metrics.lock_acquisitions.inc()
-        return Response(200)
-
-    async def _unlock(self, request: Request, allow_plain: bool) -> Response:
-        key = await self._key(request, write=True)
-        body = await read_body(request, self.lane.reactor)
-        check_md5(request, body)
-        lock_id = unlock_lock_id(body, _query_id(request), allow_plain)
-        released = await self.lane.store.release_lock(key, lock_id, self._principal(request))
-        metrics = site_metrics(request)
-        if lock_id is None and released is not None and metrics is not None:
-            metrics.lock_force_releases.inc()
+        lock_id = unlock_lock_id(body, query_id(request), accepts_plain_lock_id)
+        released = await self.lane.store.release_lock(key, lock_id, principal)
+        if lock_id is None and released is not None and self.metrics is not None:
+            self.metrics.lock_force_releases.inc()
         return Response(200)
 
 
-class StateResource(_StateBase):
+class StateResource(_StateNode):
     """One state: read, write, delete, lock and unlock it."""
 
     route = "/v1/states/{state}"
 
-    async def do_GET(self, request: Request) -> Response:
-        key = await self._key(request, write=False)
+    def child(self, segment: str) -> Resource:
+        if segment == LOCK_SUFFIX:
+            return LockAliasResource(self)
+        return self.hosted(segment, StateResource)
+
+    @render_async
+    async def render_GET(self, request: Request) -> Response:
+        _, key = await self.lane.authorize_state(request, self.segments)
         raw = await self.lane.store.read_current(key)
         if raw is None:
             return Response(404)
         return Response(200, raw, JSON)
 
-    async def do_POST(self, request: Request) -> Response:
-        key = await self._key(request, write=True)
+    @render_async
+    async def render_POST(self, request: Request) -> Response:
+        principal, key = await self.lane.authorize_state(request, self.segments, write=True)
         body = await read_body(request, self.lane.reactor)
         upload = await parse_upload(request, body, self.lane.reactor)
-        outcome = await self.lane.store.write_state(key, upload, _query_id(request),
-                                                    self._principal(request))
-        metrics = site_metrics(request)
-        if outcome.created and metrics is not None:
-            metrics.writes.inc()
-            metrics.bytes_stored.inc(outcome.version.size)
+        outcome = await self.lane.store.write_state(key, upload, query_id(request), principal)
+        self.lane.count_write(outcome)
         return Response(200)
 
-    # update_method = "PUT" is a plain alias of POST.
-    do_PUT = do_POST
+    def render_PUT(self, request: Request) -> int:
+        """POST under another name (Terraform's C{update_method = "PUT"})."""
+        return self.render_POST(request)
 
-    async def do_DELETE(self, request: Request) -> Response:
-        key = await self._key(request, write=True)
-        await self.lane.store.delete_state(key, _query_id(request), self._principal(request))
+    @render_async
+    async def render_DELETE(self, request: Request) -> Response:
+        principal, key = await self.lane.authorize_state(request, self.segments, write=True)
+        await self.lane.store.delete_state(key, query_id(request), principal)
         return Response(200)
 
-    async def do_LOCK(self, request: Request) -> Response:
-        return await self._lock(request)
+    @render_async
+    async def render_LOCK(self, request: Request) -> Response:
+        principal, key = await self.lane.authorize_state(request, self.segments, write=True)
+        body = await read_body(request, self.lane.reactor)
+        check_md5(request, body)
+        info = LockInfo.from_bytes(body)
+        acquired = await self.lane.store.acquire_lock(key, info, principal)
+        if acquired and self.metrics is not None:
+            self.metrics.lock_acquisitions.inc()
+        return Response(200)
 
-    async def do_UNLOCK(self, request: Request) -> Response:
-        return await self._unlock(request, allow_plain=False)
+    @render_async
+    async def render_UNLOCK(self, request: Request) -> Response:
+        return await self.release(request, accepts_plain_lock_id=False)
 
 
-class LockAliasResource(_StateBase):
-    """C{{state URL}/lock}: POST locks, DELETE unlocks (GitLab's convention)."""
+class LockAliasResource(_StateNode):
+    """C{{state URL}/lock}: POST locks, DELETE unlocks (GitLab's convention),
+    for clients that only send standard methods."""
 
     route = "/v1/states/{state}/lock"
 
-    async def do_POST(self, request: Request) -> Response:
-        return await self._lock(request)
+    def __init__(self, state: StateResource) -> None:
+        super().__init__(state.lane, state.segments)
+        self.state = state
 
-    async def do_DELETE(self, request: Request) -> Response:
-        return await self._unlock(request, allow_plain=False)
+    def child(self, segment: str) -> Resource:
+        # {name}/lock/{state_name} is a three-segment name of its own.
+        if len(self.segments) != 1:
+            return nothing_below()
+        return StateResource(self.lane, (self.segments[0], LOCK_SUFFIX, segment))
+
+    def render_POST(self, request: Request) -> int:
+        return self.state.render_LOCK(request)
+
+    def render_DELETE(self, request: Request) -> int:
+        return self.state.render_UNLOCK(request)
 
 
-class StateUnlockResource(_StateBase):
-    """C{POST /v1/state-unlock/...}: lock release for edges that drop UNLOCK."""
+class StateUnlockResource(_StateNode):
+    """C{POST /v1/state-unlock/...}: lock release for edges that drop UNLOCK;
+    the body may also be the plain lock ID."""
 
     route = "/v1/state-unlock/{state}"
 
-    async def do_POST(self, request: Request) -> Response:
-        return await self._unlock(request, allow_plain=True)
+    def child(self, segment: str) -> Resource:
+        return self.hosted(segment, StateUnlockResource)
+
+    @render_async
+    async def render_POST(self, request: Request) -> Response:
+        return await self.release(request, accepts_plain_lock_id=True)
 
 
-class ErrorResource(AsyncResource):
-    """Answers every method with one fixed error."""
-
-    def __init__(self, error: KilolockError) -> None:
-        super().__init__()
-        self.error = error
-
-    def render(self, request: Request) -> Any:
-        write_response(request, response_for_error(self.error))
-        return NOT_DONE_YET
-
-
-class StatesCollection(Resource):
-    """C{/v1/states} (or C{/v1/state-unlock} with C{unlock_only}): consumes the
-    remaining segments and hands them to the right state resource."""
-
-    def __init__(self, lane: StateLane, unlock_only: bool = False) -> None:
-        super().__init__()
-        self.lane = lane
-        self.unlock_only = unlock_only
-
-    def getChild(self, path: bytes, request: Request) -> Resource:
-        raw_segments = consume_segments(path, request)
-        try:
-            parsed = parse_state_segments(raw_segments, allow_lock_suffix=not self.unlock_only)
-        except InvalidPath as error:
-            return ErrorResource(error)
-        if parsed is None:
-            return ErrorResource(NotFound(
-                "no such route: a state is addressed as /{name} or"
-                " /{workspace_id}/{env_public_id}/{state_name}"))
-        address, lock_alias = parsed
-        if self.unlock_only:
-            return StateUnlockResource(self.lane, address)
-        if lock_alias:
-            return LockAliasResource(self.lane, address)
-        return StateResource(self.lane, address)
-
-    def render(self, request: Request) -> Any:
-        return ErrorResource(NotFound("name a state: /v1/states/{name}")).render(request)
+def states_branch(lane: StateLane, state: StateFactory) -> Resource:
+    """C{/v1/states} (with L{StateResource}) or C{/v1/state-unlock} (with
+    L{StateUnlockResource}): a state's name below, nothing by itself."""
+    return Branch(NotFound("name a state: /v1/states/{name}"),
+                  child=lambda name: state(lane, (name,)))

@@ -1,0 +1,84 @@
+"""What a caller may address: the token-scope rule, decided from the
+principal and the URL alone, before any storage read.
+
+A principal without a workspace (the open and static auth modes) addresses
+its tenant's states by their path as given: one segment or three.  A token
+of hosted mode is scoped to one workspace/environment:
+
+  - presented as Basic credentials, the username must be the token's
+    workspace id (else 403);
+  - a three-segment address must lie in the token's workspace/environment
+    (else 403);
+  - a one-segment name is a state of the token's workspace/environment:
+    C{prod} is C{{workspace_id}/{env_public_id}/prod}.
+
+A read-only token may only read (403 on anything that writes).  The checks
+run in that order: the username, the address, then the write.
+
+Pure: no Twisted, no I/O.  Both state lanes (L{kilolock.web.states} and
+L{kilolock.web.native}) call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kilolock.errors import Forbidden
+from kilolock.model import Principal, StateKey
+
+__all__ = ["check_caller", "in_scope", "scope_prefix", "state_key"]
+
+
+def _check_username(principal: Principal) -> None:
+    if (principal.workspace_id is not None and principal.basic_username is not None
+            and principal.basic_username != principal.workspace_id):
+        raise Forbidden("the Basic username must be the token's workspace_id")
+
+
+def _check_write(principal: Principal, write: bool) -> None:
+    if write and not principal.can_write:
+        raise Forbidden("this token is read-only")
+
+
+def state_key(principal: Principal, segments: Sequence[str], write: bool) -> StateKey:
+    """The caller's state at the validated path C{segments} (one or three).
+
+    @raise Forbidden: a Basic username that is not the token's workspace, an
+        address outside the token's workspace/environment, or a write with a
+        read-only token.
+    """
+    _check_username(principal)
+    path = "/".join(segments)
+    if principal.workspace_id is not None:
+        scope = (principal.workspace_id, principal.env_public_id or "")
+        if len(segments) == 1:
+            path = "/".join((*scope, segments[0]))
+        elif tuple(segments[:2]) != scope:
+            raise Forbidden("this token does not grant access to that workspace/environment")
+    _check_write(principal, write)
+    return StateKey(principal.tenant, path)
+
+
+def check_caller(principal: Principal, write: bool) -> None:
+    """The rules of L{state_key} for a request that names no state (a
+    listing, a search): the Basic username, then the write.
+
+    @raise Forbidden: when either rule refuses.
+    """
+    _check_username(principal)
+    _check_write(principal, write)
+
+
+def scope_prefix(principal: Principal) -> str | None:
+    """The path prefix (C{ws/env/}) a scoped token's states share, or None
+    for a principal that sees its whole tenant."""
+    if principal.workspace_id is None:
+        return None
+    return f"{principal.workspace_id}/{principal.env_public_id}/"
+
+
+def in_scope(principal: Principal, path: str | None) -> bool:
+    """Whether the state at C{path} is one the principal may see in a listing
+    (an event about no state is outside every token's scope)."""
+    prefix = scope_prefix(principal)
+    return prefix is None or (path is not None and path.startswith(prefix))

@@ -1,0 +1,81 @@
+"""What every resource that reads or changes states works with: the store,
+the authentication portal, the reactor and the metrics; and the way a
+caller gets in (authentication, then the scope rule of L{kilolock.scope}).
+
+Both trees that address states use it: the Terraform HTTP backend
+(L{kilolock.web.states}) and the native API (L{kilolock.web.native}).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from attrs import evolve, frozen
+from twisted.cred.portal import Portal
+from twisted.web.server import Request
+
+from kilolock.auth import authenticate
+from kilolock.interfaces import IStateStore
+from kilolock.metrics import Metrics
+from kilolock.model import Principal, StateKey, WriteOutcome
+from kilolock.scope import check_caller, state_key
+from kilolock.tls import with_client_certificate
+from kilolock.web.context import context_of
+from kilolock.web.request import client_address
+
+
+@frozen
+class StateLane:
+    """The collaborators of the state resources.  C{reactor} runs the work
+    on large bodies in its thread pool (None: inline, for in-memory tests);
+    C{metrics} is where lock and write counters go (None: nowhere)."""
+
+    store: IStateStore
+    portal: Portal
+    reactor: Any
+    metrics: Metrics | None = None
+
+    async def authorize(self, request: Request, write: bool = False) -> Principal:
+        """The caller of a request that names no state.
+
+        @return: (awaited) the principal, with the client's address and
+            certificate for the audit trail.
+        @raise Unauthorized: (401) missing, unknown or revoked credentials.
+        @raise Forbidden: (403) see L{check_caller}.
+        """
+        principal = await self._login(request)
+        check_caller(principal, write)
+        return self._as_seen(request, principal)
+
+    async def authorize_state(self, request: Request, segments: Sequence[str],
+                              write: bool = False) -> tuple[Principal, StateKey]:
+        """The caller of a request on the state at C{segments}, and that state.
+
+        @return: (awaited) the principal (as L{authorize}) and the state's key.
+        @raise Unauthorized: (401) missing, unknown or revoked credentials.
+        @raise Forbidden: (403) see L{state_key}.
+        """
+        principal = await self._login(request)
+        key = state_key(principal, segments, write)
+        context_of(request).key = key
+        return self._as_seen(request, principal), key
+
+    async def _login(self, request: Request) -> Principal:
+        principal = await authenticate(self.portal, request.getHeader(b"Authorization"))
+        # Recorded before the scope rule decides: a refused request is logged
+        # with its tenant too.
+        context_of(request).principal = principal
+        return principal
+
+    def _as_seen(self, request: Request, principal: Principal) -> Principal:
+        seen = with_client_certificate(evolve(principal, address=client_address(request)),
+                                       request)
+        context_of(request).principal = seen
+        return seen
+
+    def count_write(self, outcome: WriteOutcome) -> None:
+        """Count a stored version (an idempotent replay stores none)."""
+        if outcome.created and self.metrics is not None:
+            self.metrics.writes.inc()
+            self.metrics.bytes_stored.inc(outcome.version.size)

@@ -1,0 +1,98 @@
+"""The JSON documents of the native API: versions, state summaries,
+resources found in the projection, and lock conflicts."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from kilolock.conditions import state_conditions, state_ready
+from kilolock.errors import BadRequest, LockConflict
+from kilolock.metrics import Metrics
+from kilolock.model import AuditEvent, LockInfo, ResourceMatch, StateSummary, StateVersion, rfc3339
+from kilolock.web._base import Response, error_body
+from kilolock.web.documents import json_response, lock_document
+
+
+def version_document(version: StateVersion, current: bool | None = None) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "number": version.number,
+        "serial": version.serial,
+        "lineage": version.lineage,
+        "sha256": version.sha256,
+        "size": version.size,
+        "createdAt": rfc3339(version.created_at),
+        "principal": version.principal,
+        "projected": version.projected,
+    }
+    if current is not None:
+        document["current"] = current
+    return document
+
+
+def summary_document(summary: StateSummary, now: datetime,
+                     unlocked_since: datetime | None) -> dict[str, Any]:
+    conditions = state_conditions(summary, now, unlocked_since)
+    current = summary.current
+    return {
+        "name": summary.key.path,
+        "segments": summary.key.path.split("/"),
+        "serial": None if current is None else current.serial,
+        "lineage": None if current is None else current.lineage,
+        "size": None if current is None else current.size,
+        "sha256": None if current is None else current.sha256,
+        "currentVersion": None if current is None else current.number,
+        "versionCount": summary.version_count,
+        "resourceCount": summary.resource_count,
+        "updatedAt": rfc3339(summary.updated_at),
+        "lock": None if summary.lock is None else lock_document(summary.lock, now),
+        "conditions": [condition.to_json() for condition in conditions],
+        "ready": state_ready(conditions),
+    }
+
+
+def match_document(match: ResourceMatch) -> dict[str, Any]:
+    row = match.resource
+    return {
+        "state": match.state_path,
+        "version": match.version,
+        "address": row.address,
+        "module": row.module,
+        "mode": row.mode,
+        "type": row.type,
+        "name": row.name,
+        "provider": row.provider,
+        "indexKey": None if row.index_key is None else json.loads(row.index_key),
+        "deposed": row.deposed,
+        "attributes": json.loads(row.attributes),
+    }
+
+
+def event_detail(event: AuditEvent | None) -> dict[str, Any]:
+    """An event's detail as a JSON object (empty when it is not one)."""
+    if event is None:
+        return {}
+    try:
+        detail = json.loads(event.detail)
+    except ValueError:
+        return {}
+    return detail if isinstance(detail, dict) else {}
+
+
+def locked_response(error: LockConflict, metrics: Metrics | None) -> Response:
+    """A lock conflict as this lane answers it (counted in C{metrics}): the
+    JSON error document, with the holder's LockInfo under C{"lock"}."""
+    if metrics is not None:
+        metrics.lock_conflicts.inc()
+    try:
+        holder = LockInfo.from_bytes(error.holder)
+        lock: Any = json.loads(error.holder)
+        who = holder.who or "another client"
+        message = f"the state is locked by {who} ({holder.operation or 'an operation'}," \
+                  f" lock ID {holder.id})"
+    except (ValueError, BadRequest):
+        lock, message = None, "the state is locked by another client"
+    document = json.loads(error_body("locked", message))
+    document["error"]["lock"] = lock
+    return json_response(document, error.status)

@@ -1,0 +1,87 @@
+"""The audit trail on the native API: C{/v1/native/events} (paged and
+filtered, a scoped token seeing only its own states' events) and
+C{/v1/native/events/verify} (the tenant's hash chain, checked)."""
+
+from __future__ import annotations
+
+from twisted.web.server import Request
+
+from kilolock.audit import verify_chain
+from kilolock.model import Principal
+from kilolock.scope import in_scope, scope_prefix
+from kilolock.web._base import Response, render_async
+from kilolock.web.documents import event_document, json_response
+from kilolock.web.lane import StateLane
+from kilolock.web.native import BASE_PATH
+from kilolock.web.native.parameters import number_arg, state_arg, time_arg
+from kilolock.web.native.resource import Collection, NativeResource
+from kilolock.web.query import query_values
+
+#: Events answered per page unless C{limit} says otherwise, and at most.
+DEFAULT_EVENT_PAGE = 1000
+MAX_EVENT_PAGE = 10000
+
+
+async def events_response(lane: StateLane, request: Request, principal: Principal,
+                          state_path: str | None) -> Response:
+    """The principal's events (of one state, or of all it may see), filtered by
+    C{?kind=&since=&until=&after=} and paged by C{?limit=} or C{?last=}.
+
+    @return: (awaited) the JSON answer: C{events}, C{more}, C{next}, C{scoped}.
+    """
+    kinds = query_values(request, "kind") or None
+    found = await lane.store.list_events(
+        principal.tenant, state_path=state_path, kinds=kinds,
+        since=time_arg(request, "since"), until=time_arg(request, "until"))
+    found = [event for event in found if in_scope(principal, event.state_path)]
+    after = number_arg(request, "after", minimum=0)
+    if after is not None:
+        found = [event for event in found if event.seq > after]
+    last = number_arg(request, "last", maximum=MAX_EVENT_PAGE)
+    limit = number_arg(request, "limit", maximum=MAX_EVENT_PAGE) or DEFAULT_EVENT_PAGE
+    if last is not None:
+        page, more = found[-last:], False
+    else:
+        page, more = found[:limit], len(found) > limit
+    return json_response({
+        "events": [event_document(event) for event in page],
+        "more": more,
+        "next": page[-1].seq if more else None,
+        "scoped": scope_prefix(principal) is not None,
+    })
+
+
+class EventListResource(Collection):
+    """C{GET /v1/native/events}: the tenant's events, or one state's (C{?state=})."""
+
+    route = BASE_PATH + "/events"
+
+    def __init__(self, lane: StateLane) -> None:
+        super().__init__(lane)
+        self.putChild(b"verify", EventVerifyResource(lane))
+
+    @render_async
+    async def render_GET(self, request: Request) -> Response:
+        principal = await self.lane.authorize(request)
+        key = state_arg(request, principal)
+        return await events_response(self.lane, request, principal,
+                                     None if key is None else key.path)
+
+
+class EventVerifyResource(NativeResource):
+    """The tenant's whole chain, checked link by link on the server."""
+
+    route = BASE_PATH + "/events/verify"
+
+    @render_async
+    async def render_GET(self, request: Request) -> Response:
+        principal = await self.lane.authorize(request)
+        events = await self.lane.store.list_events(principal.tenant)
+        broken = verify_chain(events)
+        return json_response({
+            "verified": broken is None,
+            "events": len(events),
+            "headSeq": events[-1].seq if events else 0,
+            "headHash": events[-1].hash if events else None,
+            "firstBrokenSeq": None if broken is None else broken.seq,
+        })
