@@ -25,7 +25,7 @@ import pytest
 import pytest_twisted
 from awaiting import failure_of
 from fixtures_postgres import embedded_postgres_in_temporary_directory
-from log_events import CANNOT_CONNECT, logged
+from log_events import CANNOT_CONNECT, DEADLINE_EXCEEDED, logged
 from stub_client import lock_body, state_body
 from twisted.internet.defer import Deferred, DeferredList, gatherResults
 from zope.interface.verify import verifyObject
@@ -1169,8 +1169,10 @@ async def test_hung_database_gives_503_within_the_deadline(private_postgres: Any
         process.send_signal(signal.SIGSTOP)
     try:
         # The database is frozen: only the store's deadline can end the call.
-        error = await failure_of(store.read_current(KEY), ServiceUnavailable)
+        with logged(DEADLINE_EXCEEDED) as deadlines:
+            error = await failure_of(store.read_current(KEY), ServiceUnavailable)
         assert error.retry_after == 5
+        assert [event["seconds"] for event in deadlines] == [2.0]
     finally:
         for process in frozen:
             process.send_signal(signal.SIGCONT)

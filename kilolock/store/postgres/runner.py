@@ -388,10 +388,13 @@ class TransactionRunner:
         outcome: Deferred[T] = Deferred()
 
         def give_up() -> None:
-            stop_running()
+            # Answer before stopping the call: stopping it (closing a hung
+            # connection) fails it at once, and that failure must not stand
+            # in for the deadline's 503 and its log line.
             if not outcome.called:
                 log.warn("a state database call exceeded {seconds} s", seconds=seconds)
                 outcome.errback(ServiceUnavailable(retry_after=RETRY_AFTER))
+            stop_running()
 
         timer = self._reactor.callLater(seconds, give_up)
 
