@@ -51,6 +51,9 @@ _CHUNK = 1 << 20
 _DEFAULT_WINDOW_LOG = 27
 _MAX_WINDOW_LOG = 31
 
+#: zstd takes a prefix of 8 bytes or more; a delta pays off from a few dozen.
+MIN_BASE_SIZE = 64
+
 
 class Codec(enum.Enum):
     """How a version's payload holds its bytes (the value is the column text)."""
@@ -142,7 +145,10 @@ def compress_full(raw: bytes, level: int) -> bytes:
 def compress_delta(raw: bytes, base: Base, level: int) -> bytes:
     """C{raw} as a delta against C{base}: the base's fingerprint, then a zstd
     frame that uses the base's bytes as prefix.  Inputs of 8 MiB and more use
-    long-distance matching, which finds unchanged stretches far back."""
+    long-distance matching, which finds unchanged stretches far back.
+    C{base} must be at least L{MIN_BASE_SIZE} bytes (ValueError)."""
+    if len(base.raw) < MIN_BASE_SIZE:
+        raise ValueError(f"a delta base needs at least {MIN_BASE_SIZE} bytes")
     total = len(base.raw) + len(raw)
     options: dict[int, int] = {
         _P.compression_level: level, _P.checksum_flag: 0, _P.content_size_flag: 1,
@@ -165,7 +171,7 @@ def compress_version(raw: bytes, snapshot: Snapshot | None,
     """
     large = len(raw) >= policy.large_size
     if (snapshot is not None and not large
-            and len(snapshot.base.raw) < policy.large_size
+            and MIN_BASE_SIZE <= len(snapshot.base.raw) < policy.large_size
             and snapshot.versions_since < policy.max_versions_since):
         delta = compress_delta(raw, snapshot.base, policy.level)
         if len(delta) <= policy.snapshot_ratio * snapshot.stored_size:
