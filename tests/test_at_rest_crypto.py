@@ -40,7 +40,13 @@ from kilolock.atrest.errors import (
 from kilolock.atrest.interfaces import IKeyProvider
 from kilolock.atrest.keyring import KeyEncryptionKey, KeyRing, LocalKeyProvider
 from kilolock.atrest.sealing import new_data_key, open_sealed, seal
-from kilolock.atrest.stored import StoredPayload, decode_version, encode_version
+from kilolock.atrest.stored import (
+    StoredPayload,
+    decode_version,
+    decrypt_stored,
+    encode_version,
+    encrypt_stored,
+)
 
 MARKER = "planted-marker-7f3a9c"
 
@@ -295,3 +301,21 @@ def test_a_key_ring_checks_its_keys() -> None:
     with pytest.raises(ValueError, match="active"):
         KeyRing([KeyEncryptionKey("a", secret)], "b")
     assert repr(KeyEncryptionKey("a", secret)) == "KeyEncryptionKey(key_id='a')"
+
+
+def test_encrypting_and_decrypting_a_stored_row_keeps_its_compressed_bytes() -> None:
+    """The migrations seal and open payloads as they are: a delta encrypted
+    later decodes like one encrypted at write time, and decrypting gives the
+    very bytes that were sealed."""
+    policy = CompressionPolicy(snapshot_ratio=1.0)
+    plain = encode_version(NEXT, identity_of(NEXT, 8), snapshot_of(STATE), None, policy)
+    assert plain.codec is Codec.ZSTD_DELTA and not plain.encrypted
+    sealed = encrypt_stored(plain, identity_of(NEXT, 8), sha256_hex(STATE), KEYS.generate())
+    key = unwrap(KEYS, sealed)
+    assert decode_version(sealed, identity_of(NEXT, 8), base_of(STATE), key) == NEXT
+    opened = decrypt_stored(sealed, identity_of(NEXT, 8), sha256_hex(STATE), key)
+    assert opened.payload == plain.payload and not opened.encrypted
+    with pytest.raises(AuthenticationFailed):
+        decrypt_stored(sealed, identity_of(NEXT, 9), sha256_hex(STATE), key)
+    with pytest.raises(ValueError):
+        encrypt_stored(sealed, identity_of(NEXT, 8), sha256_hex(STATE), KEYS.generate())

@@ -14,5 +14,6 @@ large payloads.  The format is described in C{docs/at-rest.md}.
     keys and the key file;
   - L{kilolock.atrest.interfaces}: C{IKeyProvider}, what a KMS plugs into;
   - L{kilolock.atrest.stored}: one version's row fields, both ways;
+  - L{kilolock.atrest.versions}: C{VersionCodec}, what a store calls;
   - L{kilolock.atrest.recovery}: the offline decrypt core.
 """

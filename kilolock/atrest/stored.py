@@ -93,3 +93,24 @@ def decode_version(stored: StoredPayload, identity: VersionIdentity,
         associated = associated_data(identity, stored.codec.value, base_sha256)
         payload = open_sealed(data_key, payload, associated)
     return decompress_version(stored.codec, payload, identity.size, identity.sha256, base)
+
+
+def encrypt_stored(stored: StoredPayload, identity: VersionIdentity, base_sha256: str | None,
+                   data_key: DataKey) -> StoredPayload:
+    """An unencrypted row's payload sealed as it is (no recompression): the
+    migration that encrypts an existing database.  C{base_sha256} is the
+    base row's sha256 for a delta."""
+    if stored.encrypted:
+        raise ValueError("the version is already encrypted")
+    associated = associated_data(identity, stored.codec.value, base_sha256)
+    return StoredPayload(stored.codec, seal(data_key.plaintext, stored.payload, associated),
+                         data_key.wrapped.to_bytes(), base_sha256)
+
+
+def decrypt_stored(stored: StoredPayload, identity: VersionIdentity, base_sha256: str | None,
+                   data_key: bytes) -> StoredPayload:
+    """An encrypted row's payload opened but left compressed: the migration
+    that turns encryption off.  Typed errors as for L{decode_version}."""
+    associated = associated_data(identity, stored.codec.value, base_sha256)
+    return StoredPayload(stored.codec, open_sealed(data_key, stored.payload, associated),
+                         None, base_sha256)
