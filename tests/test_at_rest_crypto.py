@@ -46,6 +46,7 @@ from kilolock.atrest.stored import (
     decrypt_stored,
     encode_version,
     encrypt_stored,
+    iter_decode_version,
 )
 
 MARKER = "planted-marker-7f3a9c"
@@ -319,3 +320,13 @@ def test_encrypting_and_decrypting_a_stored_row_keeps_its_compressed_bytes() -> 
         decrypt_stored(sealed, identity_of(NEXT, 9), sha256_hex(STATE), key)
     with pytest.raises(ValueError):
         encrypt_stored(sealed, identity_of(NEXT, 8), sha256_hex(STATE), KEYS.generate())
+
+
+def test_a_streamed_encrypted_version_is_authenticated_before_the_first_piece() -> None:
+    """Streaming an encrypted row decrypts (and authenticates) the payload
+    before returning the iterator: a moved row fails before any byte."""
+    stored = encode_version(STATE, identity_of(STATE), None, KEYS.generate())
+    key = unwrap(KEYS, stored)
+    assert b"".join(iter_decode_version(stored, identity_of(STATE), None, key, 1000)) == STATE
+    with pytest.raises(AuthenticationFailed):
+        iter_decode_version(stored, identity_of(STATE, tenant="evil"), None, key)

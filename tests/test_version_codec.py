@@ -25,6 +25,7 @@ from kilolock.atrest.compression import (
     compress_full,
     compress_version,
     decompress_version,
+    iter_decompress_version,
     sha256_hex,
 )
 from kilolock.atrest.errors import CorruptVersion, StoredVersionUnreadable, WrongBase
@@ -200,3 +201,39 @@ def test_the_zstd_command_reads_full_and_delta_payloads(tmp_path: Path) -> None:
     delta = subprocess.run(["zstd", "-q", "-d", "-c", "--patch-from", str(tmp_path / "base"),
                             str(tmp_path / "delta.zst")], capture_output=True, check=True)
     assert (full.stdout, delta.stdout) == (STATE, NEXT)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.binary(max_size=3000), st.integers(1, 700), st.sampled_from(list(Codec)))
+def test_streamed_decoding_gives_the_same_bytes_in_bounded_pieces(
+        raw: bytes, chunk: int, codec: Codec) -> None:
+    """Pieces of at most C{chunk} bytes that join to exactly the version."""
+    base = base_of(STATE)
+    data = {Codec.IDENTITY: raw, Codec.ZSTD: compress_full(raw, 3),
+            Codec.ZSTD_DELTA: compress_delta(raw, base, 1)}[codec]
+    pieces = list(iter_decompress_version(codec, data, len(raw), sha256_hex(raw), base, chunk))
+    assert b"".join(pieces) == raw
+    assert all(0 < len(piece) <= chunk for piece in pieces)
+
+
+@pytest.mark.parametrize("codec", [Codec.IDENTITY, Codec.ZSTD])
+def test_a_streamed_version_that_does_not_match_never_yields_its_last_piece(
+        codec: Codec) -> None:
+    """Wrong sha256 recorded: the pieces before the last may go out, the last
+    never does, and the error is typed, so a streamed body is never complete."""
+    data = STATE if codec is Codec.IDENTITY else compress_full(STATE, 3)
+    received = []
+    with pytest.raises(CorruptVersion):
+        for piece in iter_decompress_version(codec, data, len(STATE), sha256_hex(NEXT),
+                                             chunk=4096):
+            received.append(piece)
+    assert 0 < len(b"".join(received)) < len(STATE)
+    assert STATE.startswith(b"".join(received))
+
+
+def test_a_truncated_frame_fails_while_streaming() -> None:
+    """A frame cut short stops with L{CorruptVersion}, never a short body."""
+    frame = compress_full(STATE, 3)
+    with pytest.raises(CorruptVersion):
+        list(iter_decompress_version(Codec.ZSTD, frame[:-20], len(STATE), sha256_hex(STATE),
+                                     chunk=1024))

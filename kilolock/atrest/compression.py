@@ -25,6 +25,7 @@ import enum
 import hashlib
 import struct
 import sys
+from collections.abc import Iterator
 
 from attrs import field, frozen
 
@@ -193,7 +194,20 @@ def base_fingerprint(data: bytes) -> bytes:
     return data[len(_BASE_MAGIC):_BASE_HEADER]
 
 
-def _decompress(frame: bytes, size: int, prefix: bytes | None) -> bytes:
+def _frame(codec: Codec, data: bytes, base: Base | None) -> tuple[bytes, bytes | None]:
+    """The zstd frame of a payload and the prefix it needs (None for C{zstd})."""
+    if codec is Codec.ZSTD:
+        return data, None
+    if base is None:
+        raise WrongBase("a zstd-delta payload needs its base snapshot")
+    if base_fingerprint(data) != bytes.fromhex(base.sha256)[:8]:
+        raise WrongBase("the delta was made against another base snapshot")
+    return data[_BASE_HEADER:], base.raw
+
+
+def _decompressor(frame: bytes, size: int, prefix: bytes | None) -> zstd.ZstdDecompressor:
+    """A decompressor for C{frame}, once its header declares C{size} bytes;
+    its window may reach over the frame's content and its prefix, no more."""
     try:
         declared = zstd.get_frame_info(frame).decompressed_size
     except zstd.ZstdError as error:
@@ -202,15 +216,20 @@ def _decompress(frame: bytes, size: int, prefix: bytes | None) -> bytes:
         raise CorruptVersion(f"the zstd frame holds {declared} bytes, the version {size}")
     window = max(_window_log(size + len(prefix or b"")), _DEFAULT_WINDOW_LOG)
     zstd_dict = None if prefix is None else zstd.ZstdDict(prefix, is_raw=True).as_prefix
-    decompressor = zstd.ZstdDecompressor(
+    return zstd.ZstdDecompressor(
         zstd_dict=zstd_dict, options={zstd.DecompressionParameter.window_log_max: window})
-    try:
-        raw = decompressor.decompress(frame, max_length=size + 1)
-    except zstd.ZstdError as error:
-        raise CorruptVersion(f"the zstd frame does not decode ({error})") from None
+
+
+def _finished(decompressor: zstd.ZstdDecompressor) -> None:
     if not decompressor.eof or decompressor.unused_data:
         raise CorruptVersion("the zstd frame is truncated or followed by other bytes")
-    return raw
+
+
+def _check(size: int, sha256: str, length: int, digest: str) -> None:
+    if length != size:
+        raise CorruptVersion(f"the payload holds {length} bytes, the version {size}")
+    if digest != sha256:
+        raise CorruptVersion("the decoded bytes do not match the version's sha256")
 
 
 def decompress_version(codec: Codec, data: bytes, size: int, sha256: str,
@@ -225,16 +244,53 @@ def decompress_version(codec: Codec, data: bytes, size: int, sha256: str,
     """
     if codec is Codec.IDENTITY:
         raw = data
-    elif codec is Codec.ZSTD:
-        raw = _decompress(data, size, None)
     else:
-        if base is None:
-            raise WrongBase("a zstd-delta payload needs its base snapshot")
-        if base_fingerprint(data) != bytes.fromhex(base.sha256)[:8]:
-            raise WrongBase("the delta was made against another base snapshot")
-        raw = _decompress(data[_BASE_HEADER:], size, base.raw)
-    if len(raw) != size:
-        raise CorruptVersion(f"the payload holds {len(raw)} bytes, the version {size}")
-    if sha256_hex(raw) != sha256:
-        raise CorruptVersion("the decoded bytes do not match the version's sha256")
+        frame, prefix = _frame(codec, data, base)
+        decompressor = _decompressor(frame, size, prefix)
+        try:
+            raw = decompressor.decompress(frame, max_length=size + 1)
+        except zstd.ZstdError as error:
+            raise CorruptVersion(f"the zstd frame does not decode ({error})") from None
+        _finished(decompressor)
+    _check(size, sha256, len(raw), sha256_hex(raw))
     return raw
+
+
+def _pieces(codec: Codec, data: bytes, size: int, base: Base | None,
+            chunk: int) -> Iterator[bytes]:
+    if codec is Codec.IDENTITY:
+        view = memoryview(data)
+        yield from (bytes(view[start:start + chunk]) for start in range(0, len(data), chunk))
+        return
+    frame, prefix = _frame(codec, data, base)
+    decompressor = _decompressor(frame, size, prefix)
+    pending, produced = frame, 0
+    while not decompressor.eof:
+        try:
+            piece = decompressor.decompress(pending, max_length=chunk)
+        except zstd.ZstdError as error:
+            raise CorruptVersion(f"the zstd frame does not decode ({error})") from None
+        pending, produced = b"", produced + len(piece)
+        if produced > size or (not piece and decompressor.needs_input):
+            break
+        yield piece
+    _finished(decompressor)
+
+
+def iter_decompress_version(codec: Codec, data: bytes, size: int, sha256: str,
+                            base: Base | None = None, chunk: int = _CHUNK) -> Iterator[bytes]:
+    """L{decompress_version} in pieces of at most C{chunk} bytes, for
+    streaming a large version with little memory.  The last piece is held
+    back until the size and sha256 are checked: a consumer that sends the
+    pieces never completes a body that is not the version's."""
+    digest, length, held = hashlib.sha256(), 0, b""
+    for piece in _pieces(codec, data, size, base, chunk):
+        if not piece:
+            continue
+        if held:
+            yield held
+        digest.update(piece)
+        length, held = length + len(piece), piece
+    _check(size, sha256, length, digest.hexdigest())
+    if held:
+        yield held

@@ -14,6 +14,8 @@ write, unwrapped for a read), so nothing here waits on a key service.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from attrs import field, frozen
 
 from kilolock.atrest.compression import (
@@ -24,6 +26,7 @@ from kilolock.atrest.compression import (
     Snapshot,
     compress_version,
     decompress_version,
+    iter_decompress_version,
 )
 from kilolock.atrest.envelope import DataKey, VersionIdentity, WrappedKey, associated_data
 from kilolock.atrest.errors import WrongBase
@@ -82,17 +85,35 @@ def decode_version(stored: StoredPayload, identity: VersionIdentity,
     L{kilolock.atrest.errors}: authentication (altered, moved, wrong key or
     base), a corrupt payload, a wrong base.
     """
+    payload = _opened(stored, identity, base, data_key)
+    return decompress_version(stored.codec, payload, identity.size, identity.sha256, base)
+
+
+def iter_decode_version(stored: StoredPayload, identity: VersionIdentity,
+                        base: Base | None = None, data_key: bytes | None = None,
+                        chunk: int = 1 << 20) -> Iterator[bytes]:
+    """L{decode_version} in pieces of at most C{chunk} bytes, for streaming a
+    large version out with little memory.  The payload is authenticated (and
+    the errors raised) before this returns; the decoded size and sha256 are
+    checked before the last piece is yielded."""
+    payload = _opened(stored, identity, base, data_key)
+    return iter_decompress_version(stored.codec, payload, identity.size, identity.sha256,
+                                   base, chunk)
+
+
+def _opened(stored: StoredPayload, identity: VersionIdentity, base: Base | None,
+            data_key: bytes | None) -> bytes:
+    """The compressed payload of a row, decrypted when it is encrypted."""
     delta = stored.codec is Codec.ZSTD_DELTA
     if delta and base is None:
         raise WrongBase("a zstd-delta payload needs its base snapshot")
-    payload = stored.payload
-    if stored.encrypted:
-        if data_key is None:
-            raise ValueError("an encrypted version needs its data key")
-        base_sha256 = base.sha256 if delta and base is not None else None
-        associated = associated_data(identity, stored.codec.value, base_sha256)
-        payload = open_sealed(data_key, payload, associated)
-    return decompress_version(stored.codec, payload, identity.size, identity.sha256, base)
+    if not stored.encrypted:
+        return stored.payload
+    if data_key is None:
+        raise ValueError("an encrypted version needs its data key")
+    base_sha256 = base.sha256 if delta and base is not None else None
+    associated = associated_data(identity, stored.codec.value, base_sha256)
+    return open_sealed(data_key, stored.payload, associated)
 
 
 def encrypt_stored(stored: StoredPayload, identity: VersionIdentity, base_sha256: str | None,
