@@ -53,11 +53,17 @@ from kilolock.atrest.compression import (
     compress_delta,
     compress_full,
     decompress_version,
+    iter_decompress_version,
     sha256_hex,
 )
 from kilolock.atrest.envelope import VersionIdentity, WrappedKey
 from kilolock.atrest.keyring import KeyEncryptionKey, KeyRing
-from kilolock.atrest.stored import StoredPayload, decode_version, encode_version
+from kilolock.atrest.stored import (
+    StoredPayload,
+    decode_version,
+    encode_version,
+    iter_decode_version,
+)
 
 KEYS = KeyRing([KeyEncryptionKey("2026-12", os.urandom(32))], "2026-12")
 
@@ -230,6 +236,9 @@ def serving(raw: bytes, rounds: int) -> None:
         for start in range(0, size, 1 << 20):
             yield bytes(view[start:start + (1 << 20)])
 
+    def streamed_pieces() -> Iterator[bytes]:
+        return iter_decompress_version(Codec.ZSTD, frame, size, sha)
+
     def gzip_pieces() -> Iterator[bytes]:
         for start in range(0, len(gz), 1 << 20):
             yield gz[start:start + (1 << 20)]
@@ -240,36 +249,52 @@ def serving(raw: bytes, rounds: int) -> None:
         return len(inflater[0].decompress(chunk))
 
     as_raw = timed(lambda: serve(zstd_pieces, len), rounds)
+    streamed = timed(lambda: serve(streamed_pieces, len), rounds)
 
     def gzip_round() -> float:
         inflater[:] = [zlib.decompressobj(wbits=31)]
         return serve(gzip_pieces, inflate)
 
     as_gzip = timed(gzip_round, rounds)
-    print(f"  serving: zstd-1 stored, decompress + send {size / 1e6:.0f} MB: {as_raw:.2f} s;"
-          f" gzip-6 stored ({len(gz) / 1e6:.1f} MB), send as is + client inflates:"
-          f" {as_gzip:.2f} s")
+    print(f"  serving {size / 1e6:.0f} MB: zstd -1 stored, decode whole then send {as_raw:.2f} s,"
+          f" decode and send 1 MiB pieces {streamed:.2f} s; gzip -6 stored"
+          f" ({len(gz) / 1e6:.1f} MB), send as is + client inflates {as_gzip:.2f} s")
 
 
 def memory_probe(path: str, level: int) -> None:
-    """Child process: the peak memory one encode of the state in C{path} adds."""
-    raw = Path(path).read_bytes()
+    """Child process: the peak memory that one encode, one whole decode and
+    one streamed decode of the state in C{path} add (Linux: the peak is
+    reset between them through /proc/self/clear_refs)."""
+    state = [Path(path).read_bytes()]
+    ident = identity(state[0], 1)
+
+    def added(work: Callable[[], object]) -> int:
+        Path("/proc/self/clear_refs").write_text("5")
+        before = rss()
+        work()
+        return hwm() - before
+
+    def rss() -> int:
+        return field("VmRSS")
 
     def hwm() -> int:
+        return field("VmHWM")
+
+    def field(name: str) -> int:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM"):
+            if line.startswith(name):
                 return int(line.split()[1]) * 1024
         return 0
 
-    before = hwm()
-    policy = CompressionPolicy(large_level=level)
-    stored = encode_version(raw, identity(raw, 1), None, KEYS.generate(), policy)
-    encoded = hwm()
-    data_key = KEYS.unwrap(WrappedKey.from_bytes(stored.data_key or b""))
-    del raw
-    after_free = hwm()
-    decoded = decode_version(stored, identity(Path(path).read_bytes(), 1), None, data_key)
-    print(f"{encoded - before} {hwm() - after_free} {len(decoded)}")
+    stored: list[StoredPayload] = []
+    encoding = added(lambda: stored.append(encode_version(
+        state[0], ident, None, KEYS.generate(), CompressionPolicy(large_level=level))))
+    state.clear()
+    data_key = KEYS.unwrap(WrappedKey.from_bytes(stored[0].data_key or b""))
+    whole = added(lambda: decode_version(stored[0], ident, None, data_key))
+    streamed = added(lambda: sum(len(piece) for piece in iter_decode_version(
+        stored[0], ident, None, data_key)))
+    print(encoding, whole, streamed)
 
 
 def large_part(name: str, first: bytes, pattern: bytes, versions: int, rounds: int) -> None:
@@ -304,9 +329,9 @@ def large_part(name: str, first: bytes, pattern: bytes, versions: int, rounds: i
             probe = subprocess.run(
                 [sys.executable, __file__, "--memory-probe", scratch.name, str(level)],
                 capture_output=True, text=True, check=True).stdout.split()
-            print(f"  peak memory added by one encode at zstd -{level}:"
-                  f" {int(probe[0]) / 1e6:.0f} MB ({int(probe[0]) / size:.2f}x the state);"
-                  f" by one decode: {int(probe[1]) / 1e6:.0f} MB")
+            print(f"  peak memory added at zstd -{level}: encode {int(probe[0]) / 1e6:.0f} MB"
+                  f" ({int(probe[0]) / size:.2f}x the state), decode whole"
+                  f" {int(probe[1]) / 1e6:.0f} MB, decode streamed {int(probe[2]) / 1e6:.0f} MB")
     full_sizes, delta_sizes, delta_times = [], [], []
     snapshot: Base | None = None
     for number, raw in enumerate(patched_history(first, versions, pattern)):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import io
 import struct
 import sys
 from collections.abc import Iterator
@@ -221,6 +222,7 @@ def _decompressor(frame: bytes, size: int, prefix: bytes | None) -> zstd.ZstdDec
 
 
 def _finished(decompressor: zstd.ZstdDecompressor) -> None:
+    """Refuse a frame that did not end, or that other bytes follow."""
     if not decompressor.eof or decompressor.unused_data:
         raise CorruptVersion("the zstd frame is truncated or followed by other bytes")
 
@@ -243,17 +245,15 @@ def decompress_version(codec: Codec, data: bytes, size: int, sha256: str,
     L{CorruptVersion}.
     """
     if codec is Codec.IDENTITY:
-        raw = data
-    else:
-        frame, prefix = _frame(codec, data, base)
-        decompressor = _decompressor(frame, size, prefix)
-        try:
-            raw = decompressor.decompress(frame, max_length=size + 1)
-        except zstd.ZstdError as error:
-            raise CorruptVersion(f"the zstd frame does not decode ({error})") from None
-        _finished(decompressor)
-    _check(size, sha256, len(raw), sha256_hex(raw))
-    return raw
+        _check(size, sha256, len(data), sha256_hex(data))
+        return data
+    # Pieces into a BytesIO: its buffer grows in place and becomes the
+    # result without a copy, so a large version costs its size once (zstd's
+    # one-shot decompress joins output blocks: twice).
+    out = io.BytesIO()
+    for piece in iter_decompress_version(codec, data, size, sha256, base):
+        out.write(piece)
+    return out.getvalue()
 
 
 def _pieces(codec: Codec, data: bytes, size: int, base: Base | None,
