@@ -4,7 +4,6 @@ every refusal names the file and the rule, never a secret."""
 from __future__ import annotations
 
 import base64
-import os
 from pathlib import Path
 
 import pytest
@@ -12,8 +11,9 @@ import pytest
 from kilolock.atrest.errors import KeyFileError
 from kilolock.atrest.keyfile import load_key_file, parse_key_file
 
-ONE = base64.b64encode(os.urandom(32)).decode()
-TWO = base64.b64encode(os.urandom(32)).decode()
+ONE = base64.b64encode(bytes(range(32))).decode()
+TWO = base64.b64encode(bytes(range(32, 64))).decode()
+SHORT = base64.b64encode(bytes(24)).decode()
 
 
 def key(key_id: str, secret: str) -> str:
@@ -45,9 +45,10 @@ def test_a_key_file_with_two_keys_gives_a_ring_with_the_active_one(tmp_path: Pat
     (f'active = "a"\n{key("a", ONE)}{key("b", ONE)}', "keys 'a' and 'b' have the same secret"),
     ('active = "a"\n[[keys]]\nid = "a"\n', "key 'a' has no secret"),
     (f'active = "a"\n{key("a", "not base64!")}', "key 'a': the secret is not valid base64"),
-    (f'active = "a"\n{key("a", base64.b64encode(os.urandom(24)).decode())}',
-     "the secret is 24 bytes; AES-256 needs exactly 32"),
-])
+    (f'active = "a"\n{key("a", SHORT)}', "the secret is 24 bytes; AES-256 needs exactly 32"),
+], ids=["toml", "no-active", "active-unknown", "no-keys", "empty-keys", "unknown-setting",
+        "not-a-table", "unknown-field", "bad-id", "duplicate-id", "duplicate-secret",
+        "no-secret", "not-base64", "short-secret"])
 def test_a_bad_key_file_is_refused_with_a_clear_message(text: str, message: str) -> None:
     """Every rule has its own message, prefixed with where the file is."""
     with pytest.raises(KeyFileError) as raised:
