@@ -238,3 +238,18 @@ def test_twist_kilolock_serves_the_lane_over_a_socket(
     """`python -m twisted kilolock --store memory --listen tcp:0:...` (the
     fixture every wire test uses) serves the same lane."""
     roundtrip(kilolock_server, "from-plugin")
+
+
+def test_every_package_of_the_tree_is_listed_for_installation() -> None:
+    """setup.cfg names its packages one by one (``twisted.plugins`` is not a
+    package ``find:`` could see); a package directory missing from the list
+    would work from a checkout and be absent from a normal install."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    listed = set(config["options"]["packages"].split())
+    present = {".".join(init.parent.relative_to(REPO).parts)
+               for init in (REPO / "kilolock").rglob("__init__.py")}
+    assert present - listed == set()
+    assert listed - present == {"twisted.plugins"}

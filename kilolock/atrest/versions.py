@@ -1,0 +1,118 @@
+"""What a store calls to write and read a version's bytes: L{VersionCodec}.
+
+It gets data keys from the L{IKeyProvider} (Deferreds) and runs the
+CPU-bound work of L{kilolock.atrest.stored} through a runner the store
+injects: inline for small states, a thread pool for large ones (the store
+passes e.g. C{lambda work: deferToThreadPool(reactor, pool, work)}).  No
+reactor is imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from attrs import frozen
+from twisted.internet.defer import Deferred, FirstError, gatherResults, maybeDeferred, succeed
+from twisted.python.failure import Failure
+
+from kilolock.atrest.compression import DEFAULT_POLICY, Base, CompressionPolicy, Snapshot
+from kilolock.atrest.envelope import DataKey, VersionIdentity, WrappedKey
+from kilolock.atrest.errors import StoredVersionUnreadable
+from kilolock.atrest.interfaces import IKeyProvider
+from kilolock.atrest.stored import StoredPayload, decode_version, encode_version
+
+_T = TypeVar("_T")
+
+
+class Runner(Protocol):
+    """Runs C{work} somewhere and fires with its result (or its failure)."""
+
+    def __call__(self, work: Callable[[], _T], /) -> Deferred[_T]: ...
+
+
+def run_inline(work: Callable[[], _T]) -> Deferred[_T]:
+    """The runner for small payloads: right here, already fired."""
+    return maybeDeferred(work)
+
+
+@frozen
+class StoredRow:
+    """A version row as a store read it: its payload columns and identity."""
+
+    stored: StoredPayload
+    identity: VersionIdentity
+
+
+def _first_failure(failure: Failure) -> Failure:
+    error = failure.value
+    return error.subFailure if isinstance(error, FirstError) else failure
+
+
+class VersionCodec:
+    """Compress-then-encrypt on write, decrypt-then-decompress on read.
+
+    C{provider} None means encryption off: rows are written unencrypted and
+    an encrypted row cannot be read.  Payloads of C{large_size} raw bytes or
+    more go to C{run_large}.
+    """
+
+    def __init__(self, provider: IKeyProvider | None,
+                 policy: CompressionPolicy = DEFAULT_POLICY,
+                 run_large: Runner = run_inline, large_size: int = 1024 * 1024) -> None:
+        self.provider = provider
+        self.policy = policy
+        self._run_large = run_large
+        self._large_size = large_size
+
+    def _run(self, size: int, work: Callable[[], _T]) -> Deferred[_T]:
+        return (self._run_large if size >= self._large_size else run_inline)(work)
+
+    def encode(self, raw: bytes, identity: VersionIdentity,
+               snapshot: Snapshot | None) -> Deferred[StoredPayload]:
+        """Fires with the columns to insert for C{raw}: a delta against
+        C{snapshot} where the policy says so, sealed under a fresh data key
+        when encryption is on."""
+        def work(data_key: DataKey | None) -> Deferred[StoredPayload]:
+            return self._run(len(raw), lambda: encode_version(
+                raw, identity, snapshot, data_key, self.policy))
+
+        if self.provider is None:
+            return work(None)
+        return self.provider.generate_data_key().addCallback(work)
+
+    def _data_key(self, row: StoredRow) -> Deferred[bytes | None]:
+        if row.stored.data_key is None:
+            return succeed(None)
+        if self.provider is None:
+            raise StoredVersionUnreadable(
+                "the version is encrypted and no encryption keys are configured")
+        wrapped = WrappedKey.from_bytes(row.stored.data_key)
+        return self.provider.unwrap_data_key(wrapped)  # type: ignore[return-value]
+
+    def decode(self, row: StoredRow, base: StoredRow | None = None) -> Deferred[bytes]:
+        """Fires with the raw bytes of C{row}, checked against its sha256;
+        C{base} is the row a delta's base number names.  Fails with the
+        typed errors of L{kilolock.atrest.errors}."""
+        rows = [row] if base is None else [row, base]
+        keys = maybeDeferred(lambda: gatherResults([self._data_key(each) for each in rows],
+                                                   consumeErrors=True))
+        keys.addErrback(_first_failure)
+
+        def work(data_keys: list[bytes | None]) -> Deferred[bytes]:
+            def decode() -> bytes:
+                snapshot = None
+                if base is not None:
+                    snapshot = Base(decode_version(base.stored, base.identity, None,
+                                                   data_keys[1]), base.identity.sha256)
+                return decode_version(row.stored, row.identity, snapshot, data_keys[0])
+            return self._run(row.identity.size, decode)
+
+        return keys.addCallback(work)
+
+    def snapshot(self, row: StoredRow, versions_since: int) -> Deferred[Snapshot]:
+        """Fires with the L{Snapshot} that C{row} (a full version) offers the
+        next write; C{versions_since} counts the versions after it."""
+        decoded = self.decode(row)
+        return decoded.addCallback(lambda raw: Snapshot(
+            Base(raw, row.identity.sha256), len(row.stored.payload), versions_since))

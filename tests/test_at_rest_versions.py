@@ -1,0 +1,93 @@
+"""kilolock.atrest.versions: the store's entry point writes and reads
+versions with keys from the provider, and runs large payloads elsewhere."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+from stub_client import state_body
+from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.python.failure import Failure
+
+from kilolock.atrest.compression import Codec, CompressionPolicy, sha256_hex
+from kilolock.atrest.envelope import VersionIdentity
+from kilolock.atrest.errors import StoredVersionUnreadable, UnknownKey
+from kilolock.atrest.keyring import KeyEncryptionKey, KeyRing, LocalKeyProvider
+from kilolock.atrest.versions import StoredRow, VersionCodec
+
+_T = TypeVar("_T")
+PROVIDER = LocalKeyProvider(KeyRing([KeyEncryptionKey("k1", os.urandom(32))], "k1"))
+POLICY = CompressionPolicy(snapshot_ratio=1.0)
+
+
+def fired(deferred: Deferred[_T]) -> _T:
+    """The result of a Deferred that has fired (raising its failure)."""
+    results: list[_T | Failure] = []
+    deferred.addBoth(results.append)
+    assert results, "the Deferred has not fired"
+    if isinstance(results[0], Failure):
+        results[0].raiseException()
+    return results[0]  # type: ignore[return-value]
+
+
+def version(serial: int, revision: int) -> bytes:
+    return state_body(serial, resources=[{
+        "mode": "managed", "type": "aws_instance", "name": f"n{index}",
+        "provider": 'provider["registry.terraform.io/hashicorp/aws"]',
+        "instances": [{"schema_version": 0, "sensitive_attributes": [], "attributes": {
+            "id": f"i-{index:012x}", "revision": revision if index == 3 else 0}}]}
+        for index in range(30)])
+
+
+def row_of(codec: VersionCodec, raw: bytes, serial: int,
+           base: StoredRow | None = None) -> StoredRow:
+    identity = VersionIdentity("acme", "prod/app", serial, sha256_hex(raw), len(raw))
+    snapshot = None if base is None else fired(codec.snapshot(base, 0))
+    return StoredRow(fired(codec.encode(raw, identity, snapshot)), identity)
+
+
+@pytest.mark.parametrize("encrypted", [True, False])
+def test_a_snapshot_and_a_delta_written_and_read_back(encrypted: bool) -> None:
+    """Write a first version, offer it as the snapshot of the second: the
+    second is a delta, and both read back byte-exact."""
+    codec = VersionCodec(PROVIDER if encrypted else None, POLICY)
+    first, second = version(1, 1), version(2, 2)
+    base = row_of(codec, first, 1)
+    delta = row_of(codec, second, 2, base)
+    assert (base.stored.codec, delta.stored.codec) == (Codec.ZSTD, Codec.ZSTD_DELTA)
+    assert base.stored.encrypted is encrypted and delta.stored.encrypted is encrypted
+    assert fired(codec.decode(base)) == first
+    assert fired(codec.decode(delta, base)) == second
+
+
+def test_large_payloads_go_to_the_injected_runner() -> None:
+    """At and above the size given, encode and decode run through run_large;
+    below it they run inline."""
+    calls: list[str] = []
+
+    def recording(work: Callable[[], _T]) -> Deferred[_T]:
+        calls.append("large")
+        return maybeDeferred(work)
+
+    raw = version(1, 1)
+    codec = VersionCodec(PROVIDER, POLICY, run_large=recording, large_size=len(raw))
+    row = row_of(codec, raw, 1)
+    assert fired(codec.decode(row)) == raw
+    assert calls == ["large", "large"]
+    small = VersionCodec(PROVIDER, POLICY, run_large=recording, large_size=len(raw) + 1)
+    assert fired(small.decode(row_of(small, raw, 1))) == raw
+    assert calls == ["large", "large"]
+
+
+def test_an_encrypted_row_without_keys_or_with_other_keys_fails_typed() -> None:
+    """Encryption off but an encrypted row: a typed error; a provider that
+    lacks the row's key: L{UnknownKey} (not a FirstError wrapper)."""
+    row = row_of(VersionCodec(PROVIDER), version(1, 1), 1)
+    with pytest.raises(StoredVersionUnreadable, match="no encryption keys"):
+        fired(VersionCodec(None).decode(row))
+    other = LocalKeyProvider(KeyRing([KeyEncryptionKey("k2", os.urandom(32))], "k2"))
+    with pytest.raises(UnknownKey):
+        fired(VersionCodec(other).decode(row))
