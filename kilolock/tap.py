@@ -392,8 +392,10 @@ class HostedListeners(MultiService):
             request_timeout=settings.request_timeout,
             trusted_proxies=parse_networks(settings.trusted_proxies),
             timeout=settings.idle_timeout, reactor=reactor)
-        self.control: IService = endpoint_service(settings.control_listen, self.control_site,
-                                                  reactor=reactor)
+        control = endpoint_service(settings.control_listen, self.control_site, reactor=reactor)
+        #: The control API's listening port, once listening.
+        self.control_listening = keeping_port(control)
+        self.control: IService = control
         state.setServiceParent(self)
         self.control.setServiceParent(self)
 
