@@ -122,8 +122,8 @@ _SESSION_COLUMNS = ("id_hash, tenant_id, name, scope, workspace_id, env_public_i
                     " credential_digest, csrf, created_at, expires_at")
 
 _INSERT_SESSION = (
-    "DELETE FROM ui_sessions WHERE expires_at <= %(created_at)s;"
-    f" INSERT INTO ui_sessions ({_SESSION_COLUMNS})"  # noqa: S608 - constant columns
+    "DELETE FROM ui_sessions WHERE expires_at <= %(created_at)s;"  # noqa: S608 - constants
+    f" INSERT INTO ui_sessions ({_SESSION_COLUMNS})"
     " VALUES (%(id_hash)s, %(tenant)s, %(name)s, %(scope)s, %(workspace_id)s,"
     " %(env_public_id)s, %(token_id)s, %(credential_digest)s, %(csrf)s, %(created_at)s,"
     " %(expires_at)s)"
