@@ -203,8 +203,8 @@ class StateView(Element):
         if graph is None:
             return tag(tags.p("Too many modules to draw; see the list of dependencies."))
         note = ("" if graph.level == "resource" else
-                "Drawn by module (too many resources to draw one by one); ")
-        return tag(tags.p(note + "an arrow points from what is depended on to what"
+                "Drawn by module (too many resources to draw one by one). ")
+        return tag(tags.p(note + "An arrow points from what is depended on to what"
                                  " depends on it."),
                    tags.div(draw(graph, f"Dependencies of {self.path}"), class_="scroll"))
 
