@@ -70,7 +70,7 @@ def test_every_answer_carries_the_security_headers() -> None:
     assert b"<script>" not in page.body and b"style=" not in page.body
     csp_and_friends(browser.get("/ui/states/nothing-here").headers)
     assets = re.findall(rb'(/ui/static/ui\.[0-9a-f]{12}\.(?:css|js))', page.body)
-    assert len(assets) == 2
+    assert len(assets) == 2  # and the icon
     for url in assets:
         asset = browser.get(url.decode())
         assert asset.status == 200
@@ -303,3 +303,46 @@ def test_no_path_under_the_dashboard_is_a_server_error(segments: list[str]) -> N
 
 
 _SHARED_SITE = DashboardSite()
+
+
+def copied_secret_state(serial: int, secret: str) -> bytes:
+    """terraform_data as Terraform writes it: a sensitive input, and its
+    output copy that sensitive_attributes does not list."""
+    return json.dumps({
+        "version": 4, "terraform_version": "1.15.5", "serial": serial,
+        "lineage": "7b1d5c1e-0000-4000-8000-000000000001", "outputs": {},
+        "resources": [{
+            "mode": "managed", "type": "terraform_data", "name": "secretive",
+            "provider": 'provider["terraform.io/builtin/terraform"]',
+            "instances": [{"schema_version": 0, "attributes": {
+                "id": "same", "input": {"value": secret, "type": "string"},
+                "output": {"value": secret, "type": "string"}, "triggers_replace": None},
+                "sensitive_attributes": [[{"type": "get_attr", "value": "input"}]]}]}],
+    }).encode()
+
+
+def test_the_diff_masks_unmarked_copies_of_sensitive_values() -> None:
+    """A diff whose unmarked attribute holds a value the state marks
+    sensitive elsewhere shows neither the old nor the new value."""
+    from kilolock.web.ui.secrets import sensitive_values
+
+    assert sensitive_values(copied_secret_state(1, "first-secret")) == {"first-secret"}
+    site = DashboardSite()
+    site.api("POST", "/v1/states/s", copied_secret_state(1, "first-secret"))
+    site.api("POST", "/v1/states/s", copied_secret_state(2, "second-secret"))
+    diff = site.browser().get("/ui/states/s/-/diff?from=1&to=2")
+    assert diff.status == 200
+    assert b"first-secret" not in diff.body and b"second-secret" not in diff.body
+    assert diff.body.count(b"(sensitive") >= 2
+
+
+def test_a_version_downloads_as_a_file() -> None:
+    """A version's exact bytes, as an attachment, never cached."""
+    site = DashboardSite()
+    site.api("POST", "/v1/states/app", state_body(7))
+    reply = site.browser().get("/ui/states/app/-/versions/1")
+    assert reply.status == 200
+    assert reply.body == state_body(7)
+    assert reply.header(b"content-disposition") == b'attachment; filename="app-v1.tfstate"'
+    assert reply.header(b"cache-control") == b"no-store"
+    assert site.browser().get("/ui/states/app/-/versions/2").status == 404

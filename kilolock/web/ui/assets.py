@@ -22,7 +22,8 @@ from kilolock.web.ui.headers import SECURITY_HEADERS
 
 #: The files, and the type each is served with.
 ASSET_TYPES = {"ui.css": b"text/css; charset=utf-8",
-               "ui.js": b"text/javascript; charset=utf-8"}
+               "ui.js": b"text/javascript; charset=utf-8",
+               "favicon.svg": b"image/svg+xml"}
 
 IMMUTABLE = b"public, max-age=31536000, immutable"
 

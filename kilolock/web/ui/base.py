@@ -100,6 +100,10 @@ class Layout(Element):
         return tag(href=self.dashboard.assets.url("ui.css"))
 
     @renderer
+    def icon(self, request: Request, tag: Tag) -> Tag:
+        return tag(href=self.dashboard.assets.url("favicon.svg"))
+
+    @renderer
     def script(self, request: Request, tag: Tag) -> Tag:
         return tag(src=self.dashboard.assets.url("ui.js"))
 

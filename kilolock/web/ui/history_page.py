@@ -22,6 +22,7 @@ from kilolock.web.ui import BASE_PATH, format
 from kilolock.web.ui.base import Viewer, render_page, template
 from kilolock.web.ui.headers import SECURITY_HEADERS
 from kilolock.web.ui.params import number, state_url, with_query
+from kilolock.web.ui.secrets import sensitive_values, shows_secret
 from kilolock.web.ui.state_access import NotFoundPage, StatePart
 from kilolock.web.ui.states_page import options
 
@@ -179,8 +180,9 @@ def value_text(value: Any) -> str:
 
 class DiffView(Element):
     def __init__(self, key: StateKey, diff: dict[str, Any], since: int, to: int,
-                 summary: str) -> None:
+                 summary: str, secrets: frozenset[str] = frozenset()) -> None:
         super().__init__(loader=template("diff"))
+        self.secrets = secrets
         self.key = key
         self.diff = diff
         self.since = since
@@ -230,8 +232,7 @@ class DiffView(Element):
                 before: Any = tags.span("(sensitive)", class_="masked")
                 after: Any = tags.span("(sensitive value changed)", class_="masked")
             else:
-                before = tags.pre(value_text(item["before"])) if "before" in item else "—"
-                after = tags.pre(value_text(item["after"])) if "after" in item else "—"
+                before, after = self.shown(item, "before"), self.shown(item, "after")
             rows.append(tags.tr(tags.th(tags.code(item["path"]), scope="row"),
                                 tags.td(before, class_="before"),
                                 tags.td(after, class_="after")))
@@ -240,6 +241,21 @@ class DiffView(Element):
                                              tags.th(f"Version {self.since}", scope="col"),
                                              tags.th(f"Version {self.to}", scope="col"))),
                           tags.tbody(rows), class_="diff")
+
+
+    def shown(self, item: dict[str, Any], side: str) -> Any:
+        """One side of a change: its value, unless it holds a sensitive one."""
+        if side not in item:
+            return "\u2014"
+        text = value_text(item[side])
+        if shows_secret(text, self.secrets):
+            return tags.span("(sensitive)", class_="masked")
+        return tags.pre(text)
+
+
+def diff_and_secrets(old: bytes, new: bytes) -> tuple[dict[str, Any], frozenset[str]]:
+    """The redacted diff of two versions, and the values they mark sensitive."""
+    return diff_states(old, new), sensitive_values(old) | sensitive_values(new)
 
 
 class DiffPage(StatePart):
@@ -260,14 +276,14 @@ class DiffPage(StatePart):
         if old is None or new is None:
             raise BadRequest(f"the state has versions 1 to {latest}")
         try:
-            diff = await in_thread_if_large(self.lane.reactor, len(old) + len(new),
-                                            diff_states, old, new)
+            diff, secrets = await in_thread_if_large(self.lane.reactor, len(old) + len(new),
+                                                     diff_and_secrets, old, new)
         except EncryptedState:
             raise BadRequest("one of these versions is an OpenTofu encrypted state: the"
                              " server cannot read it") from None
         added, changed, removed = counts(diff)
         view = DiffView(key, diff, since, to,
-                        f"+{added} added, ~{changed} changed, \u2212{removed} removed")
+                        f"+{added} added, ~{changed} changed, \u2212{removed} removed", secrets)
         return await render_page(request, self.dashboard, viewer,
                                  f"{key.path}: version {since} → {to}", view,
                                  section=BASE_PATH + "/")

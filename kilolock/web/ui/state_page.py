@@ -159,10 +159,12 @@ class StateView(Element):
         shown = self.found[start:start + RESOURCE_PAGE]
         if not shown:
             return tag(tags.tr(tags.td("No resources.", colspan="5")))
+        # Attribute values are not shown: Terraform does not mark every path
+        # that holds a sensitive value (terraform_data's output copies a
+        # sensitive input unmarked); the search finds resources by them.
         return tag([tags.tr(tags.th(tags.code(row.address), scope="row"), tags.td(row.type),
                             tags.td(row.module or "(root)"), tags.td(row.provider),
-                            tags.td(tags.details(tags.summary("show"),
-                                                 tags.pre(format.json_text(row.attributes)))))
+                            tags.td("deposed " + row.deposed if row.deposed else "current"))
                     for row in shown])
 
     @renderer
