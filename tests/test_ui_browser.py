@@ -234,7 +234,7 @@ def test_a_tenants_browser_cannot_open_another_tenants_state(
     assert "default" in browser.text()
     browser.open(f"{hosted.base_url}/ui/states/{globex.prefix}/app")
     foreign = browser.text()
-    browser.check_page("hosted-foreign", (globex.prefix + "/app",))
+    browser.check_page("hosted-foreign", (globex.prefix + "/app",), status=404)
     browser.open(f"{hosted.base_url}/ui/states/{acme.prefix}/missing")
     assert browser.text() == foreign
     assert "There is nothing here" in foreign

@@ -133,7 +133,8 @@ class Layout(Element):
             return ""
         return tag(tags.strong("Authentication is off"),
                    " (KL_AUTH_MODE=open): anyone who can reach this server sees every state"
-                   " and can force-unlock it.", class_="banner", role="note")
+                   " and can force-unlock it.", class_="banner",
+                   **{"aria-label": "Authentication is off"})
 
     @renderer
     def content(self, request: Request, tag: Tag) -> Any:
