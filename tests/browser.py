@@ -14,6 +14,7 @@ text that must not be in the DOM.  Screenshots go to the test's tmp dir.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,11 @@ def require_browser() -> None:
     """Skip (saying why) when Chromium, chromedriver or Selenium is missing;
     .ci/run installs all three."""
     if not Path(CHROMIUM).exists() or not Path(CHROMEDRIVER).exists():
-        pytest.skip("Debian's chromium and chromium-driver are not installed"
-                    " (apt-get install chromium chromium-driver; .ci/run does)")
+        reason = ("Debian's chromium and chromium-driver are not installed"
+                  " (apt-get install chromium chromium-driver; .ci/run does)")
+        if os.environ.get("KL_TEST_REQUIRE_BROWSER") == "1":
+            pytest.fail(reason + ", and KL_TEST_REQUIRE_BROWSER=1 requires them")
+        pytest.skip(reason)
     pytest.importorskip("selenium", reason="selenium is not installed (the test extra has it)")
 
 
