@@ -30,6 +30,9 @@ from kilolock.web.ui.states_page import options
 HISTORY_PAGE = 20
 #: Versions offered in the compare form (the latest ones).
 MAX_CHOICES = 500
+#: Changed resources a diff page shows side by side (the JSON diff of the
+#: native API has them all).
+MAX_CHANGED_SHOWN = 200
 
 
 async def last_writer(store: IStateStore, key: StateKey) -> AuditEvent | None:
@@ -208,7 +211,15 @@ class DiffView(Element):
                 parts += [tags.h2(f"{title} resources"),
                           tags.ul([tags.li(f"{sign} ", tags.code(item["address"]),
                                            class_=kind) for item in items])]
-        for change in resources["changed"]:
+        changed = resources["changed"]
+        if len(changed) > MAX_CHANGED_SHOWN:
+            parts.append(tags.p(
+                f"{len(changed)} resources changed; the first {MAX_CHANGED_SHOWN} are shown."
+                " The whole diff: ", tags.code(f"GET /v1/native/states/{self.key.path}/-/diff"
+                                               f"?from={self.since}&to={self.to}"),
+                " or ", tags.code(f"kl state diff {self.key.path} {self.since} {self.to}"), ".",
+                class_="warning"))
+        for change in changed[:MAX_CHANGED_SHOWN]:
             replaced = is_replacement(change)
             label = "replaced" if replaced else "changed"
             parts.append(tags.section(

@@ -28,7 +28,7 @@ from kilolock.web.ui.unlock import UnlockPage
 #: Resources shown per page.
 RESOURCE_PAGE = 100
 #: Dependency rows listed at most.
-MAX_DEPENDENCY_ROWS = 2000
+MAX_DEPENDENCY_ROWS = 500
 #: The marker segment below a state: C{/ui/states/app/-/history}.
 MARKER = "-"
 
