@@ -30,43 +30,49 @@ from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresDashboard", "select_states_page"]
 
-#: The column each sort orders by (constant fragments).
+#: The column each sort orders by (constant fragments); C{sv} is the current
+#: version, joined only for the sorts that need it.
 _SORT_COLUMNS = {
     "updated": "s.updated_at",
-    "serial": "v.serial",
-    "resources": "v.resource_count",
-    "size": "v.size",
+    "serial": "sv.serial",
+    "resources": "sv.resource_count",
+    "size": "sv.size",
     "locked": "l.acquired_at",
 }
+_NEEDS_VERSION = {"serial", "resources", "size"}
 
-# The page's rows, numbered in order, each with its version count and the
-# latest event carrying its current version's digest.  {where} and {order}
-# are constant fragments.
+_SORT_VERSION = """
+    LEFT JOIN LATERAL (
+        SELECT serial, resource_count, size FROM state_versions
+        WHERE state_id = s.id ORDER BY number DESC LIMIT 1
+    ) sv ON true"""
+
+# The page's states are chosen first (sorted by a column of states or locks,
+# or of the current version when the sort needs it); then, for those rows
+# only, the current version, the version count, the latest event carrying
+# the current version's digest, and the number of all matches.  {where},
+# {order}, {version} and {events} are constant fragments.
 _PAGE = """
 WITH page AS (
-    SELECT s.id, s.path, s.updated_at, count(*) OVER () AS total,
-           l.info, l.acquired_at, l.principal AS lock_principal, v.resource_count,
-           v.number, v.serial, v.lineage, v.sha256, v.size, v.created_at,
-           v.principal AS version_principal, v.projected
+    SELECT s.id, s.path, s.updated_at, l.info, l.acquired_at, l.principal AS lock_principal,
+           row_number() OVER (ORDER BY {order}) AS position
     FROM states s
-    LEFT JOIN LATERAL (
-        SELECT * FROM state_versions WHERE state_id = s.id ORDER BY number DESC LIMIT 1
-    ) v ON true
-    LEFT JOIN locks l ON l.state_id = s.id
+    LEFT JOIN locks l ON l.state_id = s.id{version}
     WHERE {where}
     ORDER BY {order}
     LIMIT %(limit)s OFFSET %(offset)s
-), numbered AS (
-    SELECT page.*, row_number() OVER () AS position FROM page
 )
 SELECT n.path, n.updated_at, (SELECT count(*) FROM state_versions c WHERE c.state_id = n.id),
-       n.info, n.acquired_at, n.lock_principal, n.resource_count,
-       n.number, n.serial, n.lineage, n.sha256, n.size, n.created_at, n.version_principal,
-       n.projected, n.total, w.*
-FROM numbered n
+       n.info, n.acquired_at, n.lock_principal, v.resource_count,
+       v.number, v.serial, v.lineage, v.sha256, v.size, v.created_at, v.principal,
+       v.projected, (SELECT count(*) FROM states s WHERE {where}), w.*
+FROM page n
+LEFT JOIN LATERAL (
+    SELECT * FROM state_versions WHERE state_id = n.id ORDER BY number DESC LIMIT 1
+) v ON true
 LEFT JOIN LATERAL (
     SELECT {events} FROM events
-    WHERE tenant_id = %(tenant)s AND state_path = n.path AND sha256 = n.sha256
+    WHERE tenant_id = %(tenant)s AND state_path = n.path AND sha256 = v.sha256
     ORDER BY seq DESC LIMIT 1
 ) w ON true
 ORDER BY n.position
@@ -99,7 +105,8 @@ def select_states_page(query: StateListQuery) -> tuple[str, str, dict[str, Any]]
         nulls = "NULLS LAST" if query.descending else "NULLS FIRST"
         order = f'{_SORT_COLUMNS[query.sort]} {direction} {nulls}, s.path COLLATE "C" ASC'
     params.update(limit=query.limit, offset=query.offset)
-    return (_PAGE.format(where=where, order=order, events=EVENT_COLUMNS),
+    version = _SORT_VERSION if query.sort in _NEEDS_VERSION else ""
+    return (_PAGE.format(where=where, order=order, version=version, events=EVENT_COLUMNS),
             _COUNT.format(where=where), params)
 
 

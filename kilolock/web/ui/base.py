@@ -10,7 +10,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import quote
 
-from attrs import evolve, frozen
+from attrs import evolve, field, frozen
 from twisted.internet.defer import CancelledError
 from twisted.python.failure import Failure
 from twisted.python.filepath import FilePath
@@ -58,6 +58,11 @@ class Dashboard:
     assets: Assets
     auth_mode: str
     tenants: ITenantStore | None = None
+    #: What each version changed, by (tenant, path, number, SHA-256 of the
+    #: version, SHA-256 of the one before): versions never change, so a
+    #: history page computes each count once per process.
+    change_counts: dict[tuple[str, str, int, str, str], tuple[int, int, int] | None] = field(
+        factory=dict)
 
     @property
     def open(self) -> bool:

@@ -28,6 +28,8 @@ from kilolock.web.ui.states_page import options
 
 #: Versions per page of the timeline (each is compared with the one before).
 HISTORY_PAGE = 20
+#: Change counts kept per process (a bounded cache; see Dashboard.change_counts).
+MAX_CACHED_COUNTS = 10000
 #: Versions offered in the compare form (the latest ones).
 MAX_CHOICES = 500
 #: Changed resources a diff page shows side by side (the JSON diff of the
@@ -151,9 +153,18 @@ class HistoryPage(StatePart):
         versions = await self.lane.store.list_versions(key)
         page = number(request, "page", 1, max(1, math.ceil(len(versions) / HISTORY_PAGE)))
         newest = versions[::-1][(page - 1) * HISTORY_PAGE:page * HISTORY_PAGE]
+        by_number = {version.number: version for version in versions}
         changes: dict[int, tuple[int, int, int] | None] = {}
         for version in newest:
-            changes[version.number] = await self.changed(key, version.number)
+            before = by_number.get(version.number - 1)
+            cache_key = (key.tenant, key.path, version.number, version.sha256,
+                         "" if before is None else before.sha256)
+            cache = self.dashboard.change_counts
+            if cache_key not in cache:
+                if len(cache) >= MAX_CACHED_COUNTS:
+                    cache.clear()
+                cache[cache_key] = await self.changed(key, version.number)
+            changes[version.number] = cache[cache_key]
         events = await self.lane.store.list_events(key.tenant, state_path=key.path)
         view = HistoryView(key, versions, page, changes, writers(events))
         return await render_page(request, self.dashboard, viewer, f"History of {key.path}", view,
