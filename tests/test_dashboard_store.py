@@ -9,7 +9,6 @@ import json
 from datetime import timedelta
 from typing import Any
 
-import pytest
 import pytest_twisted
 from awaiting import failure_of
 from stub_client import state_body

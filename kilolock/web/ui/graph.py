@@ -26,6 +26,7 @@ MAX_NODES = 80
 MAX_LABEL = 44
 
 _INDEX = re.compile(r"\[[^\[\]]*\]$")
+_MODULE_STEP = re.compile(r'module\.([A-Za-z0-9_-]+)(?:\[(?:"(?:[^"\\]|\\.)*"|\d+)\])?\.')
 _CHAR_WIDTH = 7.2
 _ROW = 34
 _BOX_HEIGHT = 24
@@ -56,13 +57,15 @@ def resource_of(address: str) -> str:
 
 
 def module_of(address: str) -> str:
-    """The module path of a resource address (C{""}: the root module)."""
-    parts = address.split(".")
-    path = []
-    while len(parts) >= 2 and parts[0] == "module":
-        path += parts[:2]
-        parts = parts[2:]
-    return _INDEX.sub("", ".".join(path)) if path else ""
+    """The module path of a resource address, instance keys left out
+    (C{module.a["k"].module.b.t.n} → C{module.a.module.b}; C{""}: the root
+    module)."""
+    names = []
+    position = 0
+    while (found := _MODULE_STEP.match(address, position)) is not None:
+        names.append(f"module.{found.group(1)}")
+        position = found.end()
+    return ".".join(names)
 
 
 def build_graph(resources: Iterable[ResourceRow],
