@@ -346,3 +346,43 @@ def test_a_version_downloads_as_a_file() -> None:
     assert reply.header(b"content-disposition") == b'attachment; filename="app-v1.tfstate"'
     assert reply.header(b"cache-control") == b"no-store"
     assert site.browser().get("/ui/states/app/-/versions/2").status == 404
+
+
+def test_the_cookie_is_secure_behind_a_trusted_tls_proxy() -> None:
+    """Through a trusted proxy that says the browser used HTTPS, the session
+    cookie is Secure, and the backend block says https://."""
+    from kilolock.web.forwarded import parse_networks
+
+    site = DashboardSite()
+    site.site.site.trusted_proxies = tuple(parse_networks(["127.0.0.1/32"]))
+    site.api("POST", "/v1/states/app", state_body(1))
+    browser = site.browser()
+    reply = browser.request("GET", "/ui/states/app", headers={
+        "X-Forwarded-Proto": "https", "Host": "kilolock.example.com"})
+    assert b"Secure" in (reply.header(b"set-cookie") or b"")
+    assert b'"https://kilolock.example.com/v1/states/app"' in reply.body
+
+
+def test_the_dashboard_can_be_turned_off() -> None:
+    """--ui off: /ui/ is the JSON 404 of any unknown path and GET / stays a
+    JSON 404 for browsers too; a bad --ui value is a usage error."""
+    from stub_client import SiteClient
+    from twisted.python.usage import UsageError
+
+    from kilolock.auth import OpenChecker, build_portal
+    from kilolock.store.memory import MemoryStateStore
+    from kilolock.tap import Settings
+    from kilolock.web.site import build_root
+
+    assert Settings.from_sources({"ui": "off", "store": "memory"}, {}).ui == "off"
+    assert Settings.from_sources({"store": "memory"}, {"KL_UI": "off"}).ui == "off"
+    assert Settings.from_sources({"store": "memory"}, {}).ui == "on"
+    with pytest.raises(UsageError, match="--ui must be on or off"):
+        Settings.from_sources({"ui": "maybe", "store": "memory"}, {})
+    with pytest.raises(UsageError, match="KL_UI_SESSION_SECONDS"):
+        Settings.from_sources({"store": "memory"}, {"KL_UI_SESSION_SECONDS": "0"})
+    site = SiteClient(build_root(MemoryStateStore(), build_portal(OpenChecker()), None))
+    for path in ("/", "/ui/", "/ui"):
+        reply = site.request("GET", path, headers={"Accept": "text/html"})
+        assert reply.status == 404, path
+        assert reply.json()["error"]["code"] == "not_found"

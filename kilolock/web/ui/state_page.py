@@ -13,7 +13,7 @@ from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
 from kilolock.conditions import state_conditions, state_ready
-from kilolock.model import Projection, ResourceRow, StateKey, StateSummary
+from kilolock.model import AuditEvent, Projection, ResourceRow, StateKey, StateSummary
 from kilolock.web._base import Response
 from kilolock.web.ui import BASE_PATH, format
 from kilolock.web.ui.backend_blocks import base_url, cloud_block, http_backend_block
@@ -53,7 +53,7 @@ class StateView(Element):
 
     def __init__(self, summary: StateSummary, projection: Projection | None,
                  wanted: dict[str, str], page: int, blocks: list[tuple[str, str]],
-                 can_unlock: bool, now: datetime, terraform_version: str | None) -> None:
+                 can_unlock: bool, now: datetime, writer: AuditEvent | None) -> None:
         super().__init__(loader=template("state"))
         self.state = summary
         self.projection = projection
@@ -62,7 +62,9 @@ class StateView(Element):
         self.blocks_ = blocks
         self.can_unlock = can_unlock
         self.now = now
-        self.terraform_version = terraform_version
+        self.writer = writer
+        version = format.detail_of(writer).get("terraform_version")
+        self.terraform_version = version if isinstance(version, str) else None
         rows = projection.resources if projection is not None else ()
         self.found = matching(rows, wanted)
 
@@ -85,7 +87,9 @@ class StateView(Element):
             ("Serial", "—" if current is None else str(current.serial)),
             ("Versions", str(summary.version_count)),
             ("Last write", "no version yet" if current is None else
-             f"{format.when(current.created_at)} by {current.principal}"),
+             f"{format.when(current.created_at)} by "
+             f"{format.identity(self.writer) if self.writer else current.principal}"
+             f" from {format.client(self.writer)}"),
             ("Lineage", "—" if current is None else current.lineage),
             ("Size", format.size(None if current is None else current.size)),
             ("Terraform", self.terraform_version or "—"),
@@ -262,7 +266,7 @@ class StatePage(StatePart):
         blocks = self.blocks(request, key, viewer)
         view = StateView(summary, projection, resource_filter(request),
                          number(request, "page", 1, 10**6), blocks, can_unlock,
-                         self.dashboard.sessions.now(), await self.terraform_version(key))
+                         self.dashboard.sessions.now(), await last_writer(self.lane.store, key))
         return await render_page(request, self.dashboard, viewer, f"State {key.path}", view,
                                  section=BASE_PATH + "/")
 
@@ -274,12 +278,6 @@ class StatePage(StatePart):
         if cloud is not None:
             found.append(("Terraform cloud block", cloud))
         return found
-
-    async def terraform_version(self, key: StateKey) -> str | None:
-        """The Terraform version the last write recorded."""
-        event = await last_writer(self.lane.store, key)
-        version = format.detail_of(event).get("terraform_version")
-        return version if isinstance(version, str) else None
 
 
 #: What follows C{{state}/-/}.
