@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from kilolock.model import AuditEvent, HeldLock
+from kilolock.web.native.documents import event_detail
 
 #: A lock held longer than this is shown as stale.
 STALE_LOCK_SECONDS = 3600
@@ -53,14 +54,8 @@ def size(count: int | None) -> str:
     return f"{count / (1024 * 1024):.1f} MiB"
 
 
-def detail_of(event: AuditEvent | None) -> dict[str, Any]:
-    if event is None:
-        return {}
-    try:
-        detail = json.loads(event.detail)
-    except ValueError:
-        return {}
-    return detail if isinstance(detail, dict) else {}
+#: An event's detail as a JSON object (empty when it is not one).
+detail_of = event_detail
 
 
 def identity(event: AuditEvent) -> str:
