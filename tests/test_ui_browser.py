@@ -77,8 +77,10 @@ def sign_in(browser: Browser, server: KilolockServer, token: str) -> None:
     browser.open(server.base_url + "/")
     assert browser.driver.current_url.startswith(server.base_url + "/ui/sign-in")
     browser.check_page("sign-in", FORBIDDEN)
-    field = browser.driver.switch_to.active_element
-    assert field.get_attribute("id") == "token"
+    field = poll_until(
+        lambda: (browser.driver.switch_to.active_element
+                 if browser.driver.switch_to.active_element.get_attribute("id") == "token"
+                 else None), 30, "the token field to have the focus (autofocus)")
     field.send_keys(token, Keys.ENTER)
     poll_until(lambda: "/ui/sign-in" not in browser.driver.current_url, 30, "signed in")
 
@@ -116,7 +118,8 @@ def test_every_page_with_terraform_data(browser: Browser, kilolock_server_factor
     # The keyboard: the skip link comes first, then the filter form.
     body = driver.find_element(By.TAG_NAME, "body")
     body.send_keys(Keys.TAB)
-    assert driver.switch_to.active_element.text == "Skip to content"
+    poll_until(lambda: driver.switch_to.active_element.text == "Skip to content", 30,
+               "the skip link to have the focus after one Tab")
     name = driver.find_element(By.ID, "q")
     name.send_keys("WE", Keys.ENTER)
     poll_until(lambda: "q=WE" in driver.current_url, 30, "the filtered page")
