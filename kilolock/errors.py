@@ -7,6 +7,7 @@ state bytes, tokens or passwords.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 
@@ -55,7 +56,24 @@ class ChecksumMismatch(BadRequest):
     code = "content_md5_mismatch"
 
 
-class Unauthorized(KilolockError):
+class Denied(KilolockError):
+    """A caller refused (401 or 403), and why, for the access log.
+
+    @ivar reason: a stable code naming the refusal (C{unknown_token},
+        C{read_only}, C{oidc_expired}, ...): the access log's C{denied}.
+    @ivar log_fields: what else the server log may say about it (an OIDC
+        token's issuer, subject and the rules evaluated; never a secret).
+        The client sees only the message.
+    """
+
+    def __init__(self, message: str, reason: str | None = None,
+                 log_fields: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or self.code
+        self.log_fields = dict(log_fields or {})
+
+
+class Unauthorized(Denied):
     status = 401
     code = "unauthorized"
 
@@ -63,7 +81,7 @@ class Unauthorized(KilolockError):
         return {b"WWW-Authenticate": b'Basic realm="kilolock"'}
 
 
-class Forbidden(KilolockError):
+class Forbidden(Denied):
     status = 403
     code = "forbidden"
 
