@@ -8,7 +8,7 @@ state bytes, tokens or passwords.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class KilolockError(Exception):
@@ -25,7 +25,7 @@ class KilolockError(Exception):
         """Extra response headers this error needs (e.g. C{WWW-Authenticate})."""
         return {}
 
-    def details(self) -> dict[str, str]:
+    def details(self) -> dict[str, Any]:
         """Extra members of the JSON error object (e.g. the C{field} at fault)."""
         return {}
 
@@ -200,7 +200,7 @@ class _AboutAField(KilolockError):
         super().__init__(message)
         self.field = field
 
-    def details(self) -> dict[str, str]:
+    def details(self) -> dict[str, Any]:
         return {"field": self.field}
 
 
@@ -243,3 +243,25 @@ class EnvironmentNotFound(NotFound):
 
 class TokenNotFound(NotFound):
     code = "token_not_found"
+
+
+# -- CI identity (OIDC policies) ------------------------------------------------
+
+
+class InvalidOidcPolicy(BadRequest):
+    """An OIDC policy document breaks the rules; C{problems} lists each, with
+    its place (C{rules[1] "prs-read".grant.access: ...})."""
+
+    code = "invalid_oidc_policy"
+
+    def __init__(self, problems: list[str] | tuple[str, ...]) -> None:
+        super().__init__(f"the OIDC policy has {len(problems)} problem(s): "
+                         + "; ".join(problems[:5]) + ("; ..." if len(problems) > 5 else ""))
+        self.problems = list(problems)
+
+    def details(self) -> dict[str, Any]:
+        return {"problems": self.problems}
+
+
+class OidcPolicyNotFound(NotFound):
+    code = "oidc_policy_not_found"

@@ -57,7 +57,7 @@ class Response:
     headers: dict[bytes, bytes] = field(factory=dict)
 
 
-def error_body(code: str, message: str, **details: str) -> bytes:
+def error_body(code: str, message: str, **details: Any) -> bytes:
     """The JSON error document every failure (but lock conflicts) answers with."""
     return json.dumps({"error": {"code": code, "message": message, **details}}).encode()
 
