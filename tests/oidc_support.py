@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
+from hosted_support import CONTROL_TOKEN, STUB_PUBLIC_URL, ControlClient
 from oidc_issuer import (
     AUDIENCE,
     GITHUB_IAT,
@@ -46,6 +47,8 @@ from kilolock.oidc_auth import (
     StaticPolicySource,
 )
 from kilolock.store.memory import MemoryStateStore
+from kilolock.web.control.api import ControlAPI
+from kilolock.web.control.tree import build_control_root
 from kilolock.web.site import build_root
 
 #: The static token next to CI tokens in the static-mode tests.
@@ -229,6 +232,9 @@ class OidcLane:
         self.site = SiteClient(build_root(self.store, build_portal(checker, self.checker),
                                           reactor=None, auth_mode="database" if hosted
                                           else "static"))
+        api = ControlAPI(self.store, CONTROL_TOKEN, None, lambda request: STUB_PUBLIC_URL)
+        self.control_site = SiteClient(build_control_root(api))
+        self.control = ControlClient(self.control_site.request)
 
     @property
     def now(self) -> int:
