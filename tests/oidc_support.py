@@ -20,9 +20,12 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+from attrs import frozen
 from cryptography.hazmat.primitives import serialization
+from fixtures_server import KilolockServer
 from hosted_support import CONTROL_TOKEN, STUB_PUBLIC_URL, ControlClient
 from oidc_issuer import (
     AUDIENCE,
@@ -341,4 +344,62 @@ class ThreadedIssuer:
         self.server.server_close()
 
 
-TokenFactory = Callable[..., str]
+# -- a server subprocess taking CI tokens ------------------------------------------------
+
+
+class TokenClock:
+    """The time a server subprocess verifies CI tokens at (and runs its key
+    cache on): the file of C{KL_TESTING_OIDC_CLOCK_FILE}.  Starts just after
+    the documented GitHub token was issued."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.set(GITHUB_IAT + 10)
+
+    def set(self, seconds: float) -> None:
+        staged = self.path.with_suffix(".new")
+        staged.write_text(f"{seconds:.3f}")
+        staged.replace(self.path)  # atomic: the server never reads half a number
+
+    def now(self) -> int:
+        return int(float(self.path.read_text()))
+
+    def advance(self, seconds: float) -> None:
+        self.set(self.now() + seconds)
+
+
+@frozen
+class OidcServer:
+    """A static-mode server subprocess with C{--oidc-config} (the static
+    policy, keys from the loopback issuer) and L{STATIC_TOKEN}."""
+
+    server: KilolockServer
+    issuer: ThreadedIssuer
+    clock: TokenClock
+
+    def token(self, **overrides: Any) -> str:
+        """A GitHub token of main (environment prod), issued at the server's now."""
+        return self.issuer.issuer.mint(github_claims(self.issuer.url, iat=self.clock.now(),
+                                                     **overrides))
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                headers: Mapping[str, str] | None = None) -> Reply:
+        if body is None:
+            return self.server.request(method, path, headers=headers)
+        return self.server.with_body(method, path, body, headers)
+
+    def stored(self, name: str) -> Reply:
+        """What the static token reads of a state."""
+        return self.server.request("GET", f"/v1/states/{name}", headers=bearer(STATIC_TOKEN))
+
+
+def start_oidc_server(factory: Callable[..., KilolockServer], directory: Path,
+                      issuer: ThreadedIssuer, **env: str) -> OidcServer:
+    directory.mkdir(parents=True, exist_ok=True)
+    policy = directory / "policy.json"
+    policy.write_text(json.dumps(static_policy_document(issuer.url)))
+    clock = TokenClock(directory / "token-clock")
+    server = factory(env={"KL_AUTH_MODE": "static", "KL_AUTH_TOKEN": STATIC_TOKEN,
+                          "KL_OIDC_CONFIG": str(policy),
+                          "KL_TESTING_OIDC_CLOCK_FILE": str(clock.path), **env})
+    return OidcServer(server, issuer, clock)
