@@ -256,7 +256,7 @@ class InvalidOidcPolicy(BadRequest):
 
     def __init__(self, problems: list[str] | tuple[str, ...]) -> None:
         super().__init__(f"the OIDC policy has {len(problems)} problem(s): "
-                         + "; ".join(problems[:5]) + ("; ..." if len(problems) > 5 else ""))
+                         + "; ".join(problems))
         self.problems = list(problems)
 
     def details(self) -> dict[str, Any]:
