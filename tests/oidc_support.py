@@ -35,7 +35,7 @@ from oidc_issuer import (
     github_claims,
     unsigned_token,
 )
-from stub_client import Reply, SiteClient, content_md5, lock_body, state_body
+from stub_client import Reply, SiteClient, lock_body, state_body, terraform_headers
 from twisted.internet.task import Clock
 from twisted.logger import globalLogPublisher
 
@@ -249,11 +249,8 @@ class OidcLane:
 
     def request(self, method: str, path: str, body: bytes | None = None,
                 headers: Mapping[str, str] | None = None) -> Reply:
-        sent = dict(headers or {})
-        if body is not None:
-            sent.setdefault("Content-Type", "application/json")
-            sent.setdefault("Content-MD5", content_md5(body))
-        return self.site.request(method, path, body, sent)
+        framed = {} if body is None else terraform_headers(body)
+        return self.site.request(method, path, body, {**framed, **(headers or {})})
 
     def apply(self, path: str, headers: Mapping[str, str], serial: int = 1,
               lock_id: str = "lock-1") -> list[int]:

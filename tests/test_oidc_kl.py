@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the server and kl fixtures are imported from test_kl_hosted
 """`kl oidc` against a hosted server (database mode): a tenant's OIDC
 policy set from a TOML file (its local JWKS file sent inline), shown,
 refused when invalid (every problem printed, nothing stored) and removed."""
@@ -9,10 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fixtures_server import ServerFactory
-from hosted_support import CONTROL_TOKEN, HostedServer, start_hosted_server
-from kl_runner import KlResult, kl_environment, run_kl
+from hosted_support import HostedServer
+from kl_runner import KlResult
 from oidc_issuer import LocalIssuer
+from test_kl_hosted import hosted, kl  # noqa: F401 - fixtures
 
 from kilolock.kl.exits import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE
 
@@ -33,18 +34,6 @@ issuer = "gitlab"
 claims = { project_id = "20", ref = "main", ref_protected = "true" }
 grant = { access = "write", workspace = "default", environment = "default", states = ["prod-*"] }
 """
-
-
-@pytest.fixture
-def hosted(kilolock_server_factory: ServerFactory) -> HostedServer:
-    return start_hosted_server(kilolock_server_factory)
-
-
-@pytest.fixture
-def kl(hosted: HostedServer, tmp_path: Path) -> Callable[..., KlResult]:
-    env = kl_environment(hosted.base_url, home=tmp_path / "home",
-                         KL_CONTROL_URL=hosted.control_url, KL_CONTROL_TOKEN=CONTROL_TOKEN)
-    return lambda *argv: run_kl(*argv, env=env)
 
 
 @pytest.mark.parametrize("server_store", ["memory"], indirect=True)
