@@ -282,3 +282,32 @@ def test_hosted_mode_applies_with_a_tenant_policy(kilolock_server_factory: Serve
                                                                  iat=clock.now()))
     refused = tf.with_env(TF_HTTP_PASSWORD=pull_request).apply("-var", "generation=2")
     assert "invalid auth" in refused.flat_output
+
+
+@memory_server
+def test_key_rotation_and_an_issuer_going_down(kilolock_server_factory: ServerFactory,
+                                              issuer: ThreadedIssuer, tmp_path: Path) -> None:
+    """Terraform's applies across the issuer's life: a token signed with a
+    rotated-in key (a new kid) applies once its keys are refetched; after
+    the issuer goes down, an apply with a known key still works (the cached
+    keys), one with a kid never seen is refused ("requires auth")."""
+    oidc = start(kilolock_server_factory, issuer, tmp_path)
+    signer = issuer.issuer
+    terraform(oidc, tmp_path, "main", oidc.token()).init().check()
+    terraform(oidc, tmp_path, "main", oidc.token()).apply().check()
+    new_kid = signer.rotate("EC", retire=signer.rsa_kid)
+    oidc.clock.advance(61)
+
+    def token(kid: str) -> str:
+        return signer.mint(github_claims(issuer.url, iat=oidc.clock.now()), kid=kid)
+
+    terraform(oidc, tmp_path, "main", token(new_kid)).apply("-var", "generation=2").check()
+    issuer.stop()
+    oidc.clock.advance(2 * 3600)
+    terraform(oidc, tmp_path, "main", token(new_kid)).apply("-var", "generation=3").check()
+    unseen = signer.add_key("RSA", publish=False)
+    refused = terraform(oidc, tmp_path, "main", token(unseen)).apply("-var", "generation=4")
+    assert "HTTP remote state endpoint requires auth" in refused.flat_output
+    assert json.loads(oidc.stored(STATE).body)["outputs"]["generation"]["value"] == 3
+    assert signer.requests == {"discovery": 2, "jwks": 2}
+    assert "denied=oidc_unknown_key" in oidc.server.log_text()
