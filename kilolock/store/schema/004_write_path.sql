@@ -160,7 +160,8 @@ $$;
 -- NULL version columns when there is none).  A delta whose base snapshot is
 -- not there (outcome 'no base') is not written either.
 --
--- The projection's tables are replaced only where their digest changed.  The
+-- The projection's tables are replaced only where their digest changed (the
+-- resources row by row).  The
 -- event's detail names the new version's number, known only here: detail and
 -- hash prefix come in two parts each, around it
 -- (kilolock.store.postgres.events.numbered_event_parameters).
@@ -232,16 +233,33 @@ BEGIN
             p_base_number, p_at, p_principal, p_projected, p_resource_count)
     RETURNING id INTO v_id;
     IF v_digests IS NULL OR v_digests[1] IS DISTINCT FROM p_digests[1] THEN
-        DELETE FROM resources r WHERE r.state_id = v_state;
+        -- Row by row: a resource row identical to the new one at its
+        -- ordinal stays (Terraform rewrites every resource on every apply,
+        -- usually changing few: no dead rows for the others).
+        WITH incoming AS (
+            SELECT r.* FROM ROWS FROM (jsonb_to_recordset(p_resources::jsonb) AS (
+                address text, module text, mode text, type text, name text, provider text,
+                index_key jsonb, deposed text, attributes jsonb
+            )) WITH ORDINALITY AS r (address, module, mode, type, name, provider, index_key,
+                                     deposed, attributes, ordinal)
+        ), gone AS (
+            DELETE FROM resources r WHERE r.state_id = v_state AND NOT EXISTS (
+                SELECT 1 FROM incoming i WHERE i.ordinal = r.ordinal
+                AND i.address = r.address AND i.module = r.module AND i.mode = r.mode
+                AND i.type = r.type AND i.name = r.name AND i.provider = r.provider
+                AND i.index_key IS NOT DISTINCT FROM r.index_key
+                AND i.deposed IS NOT DISTINCT FROM r.deposed AND i.attributes = r.attributes)
+        )
         INSERT INTO resources (state_id, version_id, ordinal, address, module, mode, type,
                                name, provider, index_key, deposed, attributes)
-        SELECT v_state, v_id, r.ordinal, r.address, r.module, r.mode, r.type, r.name,
-               r.provider, r.index_key, r.deposed, r.attributes
-        FROM ROWS FROM (jsonb_to_recordset(p_resources::jsonb) AS (
-            address text, module text, mode text, type text, name text, provider text,
-            index_key jsonb, deposed text, attributes jsonb
-        )) WITH ORDINALITY AS r (address, module, mode, type, name, provider, index_key,
-                                 deposed, attributes, ordinal);
+        SELECT v_state, v_id, i.ordinal, i.address, i.module, i.mode, i.type, i.name,
+               i.provider, i.index_key, i.deposed, i.attributes
+        FROM incoming i WHERE NOT EXISTS (
+            SELECT 1 FROM resources r WHERE r.state_id = v_state AND r.ordinal = i.ordinal
+            AND i.address = r.address AND i.module = r.module AND i.mode = r.mode
+            AND i.type = r.type AND i.name = r.name AND i.provider = r.provider
+            AND i.index_key IS NOT DISTINCT FROM r.index_key
+            AND i.deposed IS NOT DISTINCT FROM r.deposed AND i.attributes = r.attributes);
     END IF;
     IF v_digests IS NULL OR v_digests[2] IS DISTINCT FROM p_digests[2] THEN
         DELETE FROM resource_dependencies d WHERE d.state_id = v_state;
