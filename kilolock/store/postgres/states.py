@@ -59,7 +59,7 @@ from kilolock.model import (
 )
 from kilolock.state_rules import Holder, Replay
 from kilolock.store.postgres import large, rows, statements
-from kilolock.store.postgres.codecs import WriteParameters, bytes_from_hex
+from kilolock.store.postgres.codecs import WriteParameters
 from kilolock.store.postgres.events import (
     append_event_and_commit_txn,
     append_event_txn,
@@ -110,8 +110,7 @@ class PostgresStates:
             if taken:
                 self._remember(key, info.id, info.raw)
                 return True
-            return state_rules.decide_lock(info.id, Holder(holder_id,
-                                                           bytes_from_hex(holder_info)))
+            return state_rules.decide_lock(info.id, rows.holder((holder_id, holder_info)))
 
         return ensureDeferred(acquire())
 
