@@ -26,6 +26,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.components import proxyForInterface
 from zope.interface import implementer
 
+from kilolock.atrest.versions import VersionCodec
 from kilolock.interfaces import (
     IHealthCheck,
     IOidcPolicyStore,
@@ -59,6 +60,7 @@ from kilolock.store.embedded import EmbeddedPostgres
 from kilolock.store.postgres.dashboard import PostgresDashboard
 from kilolock.store.postgres.dsn import CONNECT_TIMEOUT, STATEMENT_TIMEOUT
 from kilolock.store.postgres.events import PostgresEvents
+from kilolock.store.postgres.large import LARGE_UPLOAD_BYTES
 from kilolock.store.postgres.oidc_policies import PostgresOidcPolicies
 from kilolock.store.postgres.reads import PostgresReads
 from kilolock.store.postgres.runner import (
@@ -105,8 +107,11 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
             pool_size=pool_size, connect_timeout=connect_timeout,
             statement_timeout=statement_timeout, operation_timeout=operation_timeout,
             prepare_sql=PREPARE_STATEMENTS if prepared_statements else None), embedded=embedded)
-        self._states = PostgresStates(self.runner, clock)
-        self._reads = PostgresReads(self.runner)
+        #: Compresses and decodes version payloads (plaintext: no key provider).
+        self.codec = VersionCodec(None, run_large=self.runner.in_thread,
+                                  large_size=LARGE_UPLOAD_BYTES)
+        self._states = PostgresStates(self.runner, clock, self.codec)
+        self._reads = PostgresReads(self.runner, self.codec)
         self._events = PostgresEvents(self.runner, clock)
         self._dashboard = PostgresDashboard(self.runner)
         self.tenants = PostgresTenants(self.runner, clock)
