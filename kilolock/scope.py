@@ -12,8 +12,11 @@ of hosted mode is scoped to one workspace/environment:
   - a one-segment name is a state of the token's workspace/environment:
     C{prod} is C{{workspace_id}/{env_public_id}/prod}.
 
-A read-only token may only read (403 on anything that writes).  The checks
-run in that order: the username, the address, then the write.
+A read-only token may only read (403 on anything that writes).  An
+outputs-only token may only read TFE workspaces and their non-sensitive
+outputs: every other request is 403 (a request names what it needs with
+C{outputs=True}).  The checks run in that order: the username, the
+address, then the scope.
 
 Pure: no Twisted, no I/O.  Both state lanes (L{kilolock.web.states} and
 L{kilolock.web.native}) call it.
@@ -24,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kilolock.errors import Forbidden
+from kilolock.hosted import OUTPUTS_SCOPE
 from kilolock.model import Principal, StateKey
 
 __all__ = ["check_caller", "in_scope", "scope_prefix", "state_key"]
@@ -35,17 +39,22 @@ def _check_username(principal: Principal) -> None:
         raise Forbidden("the Basic username must be the token's workspace_id")
 
 
-def _check_write(principal: Principal, write: bool) -> None:
+def _check_scope(principal: Principal, write: bool, outputs: bool) -> None:
+    if principal.scope == OUTPUTS_SCOPE and not outputs:
+        raise Forbidden("this token may only read TFE workspaces and non-sensitive outputs")
     if write and not principal.can_write:
         raise Forbidden("this token is read-only")
 
 
-def state_key(principal: Principal, segments: Sequence[str], write: bool) -> StateKey:
+def state_key(principal: Principal, segments: Sequence[str], write: bool,
+              outputs: bool = False) -> StateKey:
     """The caller's state at the validated path C{segments} (one or three).
+    C{outputs}: the request reads nothing but the workspace and its
+    non-sensitive outputs (an outputs-only token may make it).
 
     @raise Forbidden: a Basic username that is not the token's workspace, an
-        address outside the token's workspace/environment, or a write with a
-        read-only token.
+        address outside the token's workspace/environment, a write with a
+        read-only token, or anything but C{outputs} with an outputs-only one.
     """
     _check_username(principal)
     path = "/".join(segments)
@@ -55,18 +64,18 @@ def state_key(principal: Principal, segments: Sequence[str], write: bool) -> Sta
             path = "/".join((*scope, segments[0]))
         elif tuple(segments[:2]) != scope:
             raise Forbidden("this token does not grant access to that workspace/environment")
-    _check_write(principal, write)
+    _check_scope(principal, write, outputs)
     return StateKey(principal.tenant, path)
 
 
-def check_caller(principal: Principal, write: bool) -> None:
+def check_caller(principal: Principal, write: bool, outputs: bool = False) -> None:
     """The rules of L{state_key} for a request that names no state (a
-    listing, a search): the Basic username, then the write.
+    listing, a search): the Basic username, then the scope.
 
     @raise Forbidden: when either rule refuses.
     """
     _check_username(principal)
-    _check_write(principal, write)
+    _check_scope(principal, write, outputs)
 
 
 def scope_prefix(principal: Principal) -> str | None:

@@ -51,6 +51,8 @@ from kilolock.model import (
 from kilolock.resource_query import check_query, row_matches, state_matches
 from kilolock.state_rules import Replay, holder_of
 from kilolock.store.memory_tenants import MemoryTenants
+from kilolock.store.memory_tfe import MemoryTFE
+from kilolock.tfe.interfaces import ITFEStore
 
 
 @define
@@ -76,24 +78,30 @@ class StoredState:
         return self.versions[-1] if self.versions else None
 
 
-@implementer(IStateStore, ITenantStore)
+@implementer(IStateStore, ITenantStore, ITFEStore)
 @define
-class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ignore[misc]
+class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
+                       proxyForInterface(ITFEStore, "tfe")):  # type: ignore[misc]
     """Every state, version, lock and event of every tenant, in dicts.
 
-    L{ITenantStore} is forwarded to L{tenants} (Twisted's
-    C{proxyForInterface}: mypy cannot follow a base class made at run time),
-    which shares the states and the audit chain.
+    L{ITenantStore} is forwarded to L{tenants} and L{ITFEStore} to L{tfe}
+    (Twisted's C{proxyForInterface}: mypy cannot follow a base class made
+    at run time), which share the states and the audit chain.
     """
 
     clock: Callable[[], datetime] = utcnow
     _states: dict[StateKey, StoredState] = field(factory=dict, init=False)
     _events: dict[str, list[AuditEvent]] = field(factory=dict, init=False)
     tenants: MemoryTenants = field(init=False)
+    tfe: MemoryTFE = field(init=False)
 
     @tenants.default
     def _tenants_sharing_this_store(self) -> MemoryTenants:
         return MemoryTenants(self._states, self._append_event, self.clock)
+
+    @tfe.default
+    def _tfe_sharing_this_store(self) -> MemoryTFE:
+        return MemoryTFE(self._states, self._append_event, self.clock)
 
     def start(self) -> Deferred[None]:
         return succeed(None)
@@ -109,6 +117,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
         self._states.clear()
         self._events.clear()
         self.tenants.forget()
+        self.tfe.forget()
 
     # -- the state lane -------------------------------------------------
 

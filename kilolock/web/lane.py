@@ -2,8 +2,9 @@
 the authentication portal, the reactor and the metrics; and the way a
 caller gets in (authentication, then the scope rule of L{kilolock.scope}).
 
-Both trees that address states use it: the Terraform HTTP backend
-(L{kilolock.web.states}) and the native API (L{kilolock.web.native}).
+Every tree that addresses states uses it: the Terraform HTTP backend
+(L{kilolock.web.states}), the native API (L{kilolock.web.native}) and the
+TFE lane (L{kilolock.web.tfe}).
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ class StateLane:
     reactor: Any
     metrics: Metrics | None = None
 
-    async def authorize(self, request: Request, write: bool = False) -> Principal:
-        """The caller of a request that names no state.
+    async def authorize(self, request: Request, write: bool = False,
+                        outputs: bool = False) -> Principal:
+        """The caller of a request that names no state (C{outputs}: see
+        L{kilolock.scope.state_key}).
 
         @return: (awaited) the principal, with the client's address and
             certificate for the audit trail.
@@ -45,11 +48,12 @@ class StateLane:
         @raise Forbidden: (403) see L{check_caller}.
         """
         principal = await self._login(request)
-        check_caller(principal, write)
+        check_caller(principal, write, outputs)
         return self._as_seen(request, principal)
 
     async def authorize_state(self, request: Request, segments: Sequence[str],
-                              write: bool = False) -> tuple[Principal, StateKey]:
+                              write: bool = False,
+                              outputs: bool = False) -> tuple[Principal, StateKey]:
         """The caller of a request on the state at C{segments}, and that state.
 
         @return: (awaited) the principal (as L{authorize}) and the state's key.
@@ -57,7 +61,7 @@ class StateLane:
         @raise Forbidden: (403) see L{state_key}.
         """
         principal = await self._login(request)
-        key = state_key(principal, segments, write)
+        key = state_key(principal, segments, write, outputs)
         context_of(request).key = key
         return self._as_seen(request, principal), key
 
