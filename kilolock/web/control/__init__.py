@@ -24,6 +24,9 @@ field of a body or query names it (C{"field"}).  HEAD is not answered.
           {"name", "environment", "workspace"?, "scope"?, "state"?}
   GET     /v1/api/tenants/{tenant}/tokens/{token_id}
   DELETE  /v1/api/tenants/{tenant}/tokens/{token_id}   (revoke)
+  GET     /v1/api/tenants/{tenant}/terraform-workspaces?environment=[&workspace=]
+  POST    /v1/api/tenants/{tenant}/terraform-workspaces
+          {"name", "environment", "workspace"?, "tags"?}
   GET     /v1/api/tenants/{tenant}/events[?state=&kind=&since=&until=]
   GET     /v1/api/tenants/{tenant}/events/verify
 
