@@ -37,6 +37,8 @@ from kilolock.web.lane import StateLane
 
 log = Logger()
 
+#: What a route this lane does not serve is logged as (once per route).
+UNIMPLEMENTED_LOG = "the TFE lane does not serve {tfe_route}: answered 404"
 #: The most unimplemented route templates remembered (and logged).
 MAX_LOGGED_ROUTES = 1000
 _LITERAL = re.compile(r"^[a-z][a-z_-]{0,39}$")
@@ -79,8 +81,7 @@ class UnimplementedRoutes:
         if route in self.seen or len(self.seen) >= self.limit:
             return
         self.seen.add(route)
-        log.warn("the TFE lane does not serve {tfe_route}: answered 404",
-                 tfe_route=route)
+        log.warn(UNIMPLEMENTED_LOG, tfe_route=route)
 
 
 @frozen
