@@ -184,3 +184,44 @@ def test_one_lock_across_both_lanes(lane: Lane) -> None:
     second.wait().check()
     state = json.loads(lane.http_state())
     assert (state["serial"], state["outputs"]["generation"]["value"]) == (2, 2)
+
+
+def test_tags_strategy_and_workspace_commands(lane: Lane) -> None:
+    """kl creates a tagged workspace ahead of init; init (tags) selects it;
+    workspace new/list/select/show work; delete removes an empty workspace
+    (safe-delete), refuses one with resources without -force and deletes it
+    with -force (its state too)."""
+    kl_env = kl_environment(lane.server.base_url, home=lane.tmp_path / "kl", KL_TOKEN=TOKEN)
+    run_kl("workspaces", "create", "net-a", "--tag", "network", "--tag", "tier=1",
+           env=kl_env).check()
+    listed = run_kl("--json", "workspaces", "list", "--tag", "network", env=kl_env).check()
+    assert [w["attributes"]["name"] for w in listed.json()] == ["net-a"]
+    tf = lane.terraform("net", cloud_block('tags = ["network"]'))
+    tf.init().check()
+    assert tf.run("workspace", "show").check().stdout == "net-a\n"
+    tf.apply().check()
+    tf.run("workspace", "new", "net-b").check()
+    created = lane.api("GET", "/organizations/default/workspaces/net-b")["data"]
+    assert created["attributes"]["tag-names"] == ["network"]
+    listing = tf.run("workspace", "list").check().output
+    assert [line.strip() for line in listing.splitlines() if line.strip()] == [
+        "net-a", "* net-b"]
+    tf.apply().check()
+    tf.run("workspace", "new", "net-c").check()
+    tf.run("workspace", "select", "net-a").check()
+    assert tf.run("workspace", "show").check().stdout == "net-a\n"
+    tf.run("workspace", "delete", "net-c").check()
+    assert lane.server.request("GET", "/api/v2/organizations/default/workspaces/net-c",
+                               headers={"Authorization": f"Bearer {TOKEN}"}).status == 404
+    refused = tf.run("workspace", "delete", "net-b")
+    assert refused.rc != 0 and "Workspace is not empty" in refused.flat_output
+    assert lane.http_state("net-b")
+    tf.run("workspace", "delete", "-force", "net-b").check()
+    assert lane.server.request("GET", "/v1/states/net-b", headers=lane.auth()).status == 404
+    log = lane.server.log_text()
+    assert "POST /api/v2/organizations/{org}/workspaces/{name}/actions/safe-delete 204" in log
+    assert "DELETE /api/v2/organizations/{org}/workspaces/{name} 204" in log
+    kinds = [event["kind"] for event in lane.server.request(
+        "GET", "/v1/native/events?state=net-b", headers=lane.auth()).json()["events"]]
+    assert kinds[0] == "tfe_workspace_create" and kinds[-2:] == [
+        "state_delete", "tfe_workspace_delete"]

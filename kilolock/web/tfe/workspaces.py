@@ -233,6 +233,7 @@ class SafeDeleteResource(TFEResource):
                  workspace: NamedWorkspaceResource | WorkspaceResource) -> None:
         super().__init__(lane)
         self.workspace = workspace
+        self.route = f"{workspace.route}/actions/safe-delete"
 
     @render_async
     async def render_POST(self, request: Request) -> Response:
