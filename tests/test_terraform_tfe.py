@@ -225,3 +225,57 @@ def test_tags_strategy_and_workspace_commands(lane: Lane) -> None:
         "GET", "/v1/native/events?state=net-b", headers=lane.auth()).json()["events"]]
     assert kinds[0] == "tfe_workspace_create" and kinds[-2:] == [
         "state_delete", "tfe_workspace_delete"]
+
+
+def remote_backend(prefix: str) -> str:
+    return ('terraform {\n  backend "remote" {\n'
+            f"    hostname     = {hcl_string(HOST)}\n"
+            '    organization = "default"\n'
+            f"    workspaces {{\n      prefix = {hcl_string(prefix)}\n    }}\n  }}\n}}\n")
+
+
+def remote_state_reader(backend: str, workspaces: str, workspace: str = "") -> str:
+    """A terraform_remote_state data source (C{workspace}: its own
+    workspace argument, which the cloud backend needs)."""
+    chosen = f"\n  workspace = {hcl_string(workspace)}" if workspace else ""
+    return f"""
+data "terraform_remote_state" "{backend}" {{
+  backend = "{backend}"{chosen}
+  config = {{
+    hostname     = "{HOST}"
+    organization = "default"
+    workspaces   = {{ {workspaces} }}
+  }}
+}}
+
+output "{backend}_items" {{
+  value = data.terraform_remote_state.{backend}.outputs.items
+}}
+
+output "{backend}_secret" {{
+  value     = data.terraform_remote_state.{backend}.outputs.secret
+  sensitive = true
+}}
+"""
+
+
+def test_remote_backend_with_prefix_and_remote_state_readers(lane: Lane) -> None:
+    """The remote backend with a prefix creates and lists its workspaces
+    (svc-dev is the state /v1/states/svc-dev); terraform_remote_state reads
+    it with backend "remote" and with backend "cloud"."""
+    tf = lane.terraform("svc", remote_backend("svc-"))
+    first = tf.init()
+    assert first.rc == 1 and "No existing workspaces" in first.output
+    tf.run("workspace", "new", "dev").check()
+    tf.init().check()
+    tf.apply("-var", "generation=7").check()
+    assert json.loads(lane.http_state("svc-dev"))["outputs"]["generation"]["value"] == 7
+    assert tf.run("workspace", "list").check().output.split() == ["*", "dev"]
+    reader = lane.terraform("reader", "", extra=remote_state_reader(
+        "remote", 'name = "svc-dev"') + remote_state_reader("cloud", 'name = "svc-dev"', "svc-dev"))
+    reader.init().check()
+    reader.apply().check()
+    read = reader.output_json()
+    assert read["remote_items"]["value"] == read["cloud_items"]["value"] == [
+        "item-0-gen-7", "item-1-gen-7"]
+    assert read["remote_secret"]["value"] == read["cloud_secret"]["value"] == "s3cr3t-7"
