@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from kl_runner import kl_environment, run_kl
 from stub_client import lock_body
 from terraform import HoldStep, Terraform, hcl_string, module_source
 from tfe_support import TOKEN, cli_config
+from tls_material import endpoint_value, make_certificates
 
 from kilolock.tfe.locks import TFE_OPERATION
 
@@ -332,3 +333,35 @@ def test_database_mode_scoped_read_only_and_outputs_only_tokens(
     refused = remote.plan()
     assert refused.rc != 0
     assert "Error retrieving state: forbidden" in refused.flat_output
+
+
+@pytest.mark.parametrize("server_store", ["memory"], indirect=True)
+def test_https_discovery_with_a_private_ca(kilolock_server_factory: ServerFactory,
+                                           tmp_path: Path) -> None:
+    """Without a host block Terraform discovers the TFE API over HTTPS at
+    /.well-known/terraform.json (the certificate checked against the CA in
+    SSL_CERT_FILE, the host name localhost as Go resolves it), then inits,
+    applies and reads outputs through it; the upload URLs are https too."""
+    certificates = make_certificates(tmp_path / "tls")
+    listen = ("ssl:0"
+              f":privateKey={endpoint_value(str(certificates.key_path))}"
+              f":certKey={endpoint_value(str(certificates.cert_path))}"
+              ":interface=127.0.0.1")
+    server = kilolock_server_factory(
+        env={"KL_AUTH_MODE": "static", "KL_AUTH_TOKEN": TOKEN}, listen=listen,
+        tls=ssl.create_default_context(cafile=str(certificates.ca_path)))
+    host = f"localhost:{server.port}"
+    config = tmp_path / "cli.tfrc"
+    config.write_text(f'credentials "{host}" {{\n  token = "{TOKEN}"\n}}\n')
+    workdir = tmp_path / "main"
+    workdir.mkdir()
+    (workdir / "main.tf").write_text(cloud_block('name = "app"', host=host)
+                                     + module_source(None) + SECRET_OUTPUT)
+    tf = Terraform(workdir, scratch=tmp_path / "main.scratch", env={
+        "TF_CLI_CONFIG_FILE": str(config), "SSL_CERT_FILE": str(certificates.ca_path)})
+    tf.init().check()
+    tf.apply().check()
+    assert tf.output_json()["secret"]["value"] == "s3cr3t-1"
+    log = server.log_text()
+    assert "GET /.well-known/terraform.json 200" in log
+    assert "PUT /api/v2/state-version-uploads/{state-version}/{part} 200" in log

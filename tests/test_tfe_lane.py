@@ -353,3 +353,25 @@ def test_unknown_and_foreign_ids_answer_the_same_bytes(tfe: TFEStub) -> None:
                  f"{ORG}/workspaces/missing"):
         reply = tfe.request("GET", path)
         assert (reply.status, reply.body) == (404, NOT_FOUND_BODY), path
+
+
+ENVELOPE = json.dumps({
+    "serial": 4, "lineage": "5a1c7f3e-0000-4000-8000-00000000000e",
+    "meta": {"key_provider.pbkdf2.main": "eyJzYWx0IjoiIn0="},
+    "encrypted_data": "c2VjcmV0IGJ5dGVz", "encryption_version": "v0"}).encode()
+
+
+def test_an_opentofu_envelope_is_stored_opaque(tfe: TFEStub) -> None:
+    """An encrypted envelope uploaded through the lane is stored byte for
+    byte and downloaded as is; its outputs cannot be read (409) and it is
+    never safe-deleted (the server cannot tell what it manages)."""
+    created = tfe.create("sealed")
+    write_version(tfe, created["id"], ENVELOPE, 4)
+    current = tfe.ok("GET", f"/api/v2/workspaces/{created['id']}/current-state-version")
+    download = tfe.request("GET", url_path(
+        current["data"]["attributes"]["hosted-state-download-url"]))
+    assert download.body == ENVELOPE
+    outputs = tfe.request("GET", f"/api/v2/workspaces/{created['id']}/"
+                          "current-state-version-outputs")
+    assert outputs.status == 409 and "encrypted" in outputs.json()["errors"][0]["detail"]
+    assert tfe.request("POST", f"{ORG}/workspaces/sealed/actions/safe-delete").status == 409

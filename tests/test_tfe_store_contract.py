@@ -165,6 +165,7 @@ async def test_delete_forgets_the_record_and_its_pending_versions(
 async def test_pending_version_round_trip_and_claims(store: Any, clock: FakeClock) -> None:
     """A pending version is kept as given; its state part is claimed once
     (then uploading), with the right grant and MD5 only; its JSON part once;
+    a reopened claim (the database was out of reach) can be claimed again;
     settling finalizes it with the version's number."""
     created = await store.tfe_create_workspace(APP, [], ALICE)
     pending = pending_for(created.id, clock)
@@ -183,6 +184,9 @@ async def test_pending_version_round_trip_and_claims(store: Any, clock: FakeCloc
     await failure_of(store.tfe_claim_upload(pending.id, right, STATE_PART, MD5), NotFound)
     await store.tfe_claim_upload(pending.id, right, JSON_PART, None)
     await failure_of(store.tfe_claim_upload(pending.id, right, JSON_PART, None), NotFound)
+    await store.tfe_settle_upload(pending.id, None, reopen=True)
+    assert (await store.tfe_pending_version(pending.id)).status == PENDING
+    await store.tfe_claim_upload(pending.id, right, STATE_PART, MD5)
     await store.tfe_settle_upload(pending.id, 7)
     settled = await store.tfe_pending_version(pending.id)
     assert (settled.status, settled.version, settled.json_received) == (FINALIZED, 7, True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -93,10 +93,11 @@ class TFEStub:
     """The state listener's tree in memory (static auth with L{TOKEN}), the
     TFE lane and the memory store on one task.Clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, make_store: Callable[..., MemoryStateStore] = MemoryStateStore) -> None:
+        """C{make_store(clock=...)} makes the store (the memory store)."""
         self.clock = Clock()
         self.clock.advance(1_800_000_000)
-        self.store = MemoryStateStore(clock=self.now)
+        self.store = make_store(clock=self.now)
         portal = build_portal(StaticTokenChecker(TOKEN))
         threads = InlineThreads()
         root = build_root(self.store, portal, reactor=threads, auth_mode="static")

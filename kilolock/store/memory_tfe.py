@@ -24,8 +24,6 @@ from kilolock.tfe import grants
 from kilolock.tfe.errors import WorkspaceExists
 from kilolock.tfe.interfaces import ITFEStore
 from kilolock.tfe.model import (
-    DISCARDED,
-    FINALIZED,
     STATE_PART,
     TFE_TAGS_UPDATE,
     TFE_WORKSPACE_CREATE,
@@ -34,6 +32,7 @@ from kilolock.tfe.model import (
     PendingVersion,
     Tag,
     TFEWorkspace,
+    settled_status,
 )
 from kilolock.tfe.names import new_workspace_id, workspace_name_of
 from kilolock.tfe.tags import merge_tags, tag_detail
@@ -166,11 +165,12 @@ class MemoryTFE:
 
         return maybeDeferred(claim)
 
-    def tfe_settle_upload(self, version_id: str, version: int | None) -> Deferred[None]:
+    def tfe_settle_upload(self, version_id: str, version: int | None,
+                          reopen: bool = False) -> Deferred[None]:
         pending = self._pending.get(version_id)
         if pending is not None:
-            self._pending[version_id] = evolve(
-                pending, status=DISCARDED if version is None else FINALIZED, version=version)
+            self._pending[version_id] = evolve(pending, status=settled_status(version, reopen),
+                                               version=version)
         return succeed(None)
 
     # -- private ----------------------------------------------------------

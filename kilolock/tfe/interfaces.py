@@ -94,8 +94,11 @@ class ITFEStore(Interface):
             the claim; failing with L{kilolock.errors.NotFound} or
             L{kilolock.errors.ChecksumMismatch} (nothing taken)."""
 
-    def tfe_settle_upload(version_id: str, version: int | None) -> Deferred[None]:
+    def tfe_settle_upload(version_id: str, version: int | None,
+                          reopen: bool = False) -> Deferred[None]:
         """End an upload claimed with C{tfe_claim_upload}: C{finalized} with
-        the stored version's number, or C{discarded} (C{version} None).
+        the stored version's number, or C{discarded} (C{version} None); with
+        C{reopen}, C{pending} again (nothing was stored because the database
+        could not be reached: the same bytes may be PUT again).
 
         @return: a Deferred firing with None."""

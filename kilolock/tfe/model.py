@@ -82,3 +82,11 @@ class PendingVersion:
         if self.status in (PENDING, UPLOADING) and now >= self.expires_at:
             return DISCARDED
         return self.status
+
+
+def settled_status(version: int | None, reopen: bool = False) -> str:
+    """The status an upload ends in: finalized with a stored version,
+    pending again when reopened, else discarded."""
+    if version is not None:
+        return FINALIZED
+    return PENDING if reopen else DISCARDED

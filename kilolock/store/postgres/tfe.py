@@ -30,8 +30,6 @@ from kilolock.tfe import grants
 from kilolock.tfe.errors import WorkspaceExists
 from kilolock.tfe.interfaces import ITFEStore
 from kilolock.tfe.model import (
-    DISCARDED,
-    FINALIZED,
     STATE_PART,
     TFE_TAGS_UPDATE,
     TFE_WORKSPACE_CREATE,
@@ -40,6 +38,7 @@ from kilolock.tfe.model import (
     PendingVersion,
     Tag,
     TFEWorkspace,
+    settled_status,
 )
 from kilolock.tfe.names import new_workspace_id, workspace_name_of
 from kilolock.tfe.tags import merge_tags, tag_detail
@@ -249,11 +248,12 @@ class PostgresTFE:
 
         return self._runner.run_interaction(claim)
 
-    def tfe_settle_upload(self, version_id: str, version: int | None) -> Deferred[None]:
+    def tfe_settle_upload(self, version_id: str, version: int | None,
+                          reopen: bool = False) -> Deferred[None]:
         async def settle(cursor: Any) -> None:
             await cursor.execute(
                 "UPDATE tfe_pending_versions SET status = %s, version = %s WHERE id = %s",
-                (DISCARDED if version is None else FINALIZED, version, version_id))
+                (settled_status(version, reopen), version, version_id))
 
         return self._runner.run_interaction(settle)
 

@@ -7,7 +7,8 @@ expiry, single use, the announced MD5), then the bytes are stored through
 the state store's write -- under the lock the creator held, which must
 still hold the state (the lock matrix: 409 when it was released, taken by
 another, or force-unlocked meanwhile) -- and the pending version is then
-finalized, or discarded when the write was refused.  The version becomes
+finalized, or discarded when the write was refused (pending again when the
+database could not be reached: 503, and the client's retry may succeed).  The version becomes
 current in that write's transaction, with its projection and audit event.
 
 The JSON state (C{json-state}): claimed the same way (once), read and
@@ -18,10 +19,12 @@ plaintext outside the version (even for an OpenTofu encrypted state).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 
 from twisted.web.server import Request
 
+from kilolock.errors import ServiceUnavailable
 from kilolock.model import Principal
 from kilolock.tfe.grants import grant_hash
 from kilolock.tfe.model import STATE_PART
@@ -67,8 +70,13 @@ class UploadResource(TFEResource):
             upload = await in_thread_if_large(self.lane.reactor, len(body), prepare_upload,
                                               body)
             outcome = await store.write_state(pending.key, upload, pending.lock_id, creator)
-        except BaseException:
-            await store.tfe_settle_upload(self.identifier, None)
+        except Exception as error:
+            # Refused: the version is discarded.  The database out of reach:
+            # pending again, so that the client's retry of the same bytes
+            # can still be stored (or, if this write did commit, replayed).
+            with contextlib.suppress(Exception):
+                await store.tfe_settle_upload(self.identifier, None,
+                                              reopen=isinstance(error, ServiceUnavailable))
             raise
         await store.tfe_settle_upload(self.identifier, outcome.version.number)
         self.lane.states.count_write(outcome)
