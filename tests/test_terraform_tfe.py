@@ -111,7 +111,8 @@ def test_cloud_block_lifecycle_is_one_state_with_the_http_lane(lane: Lane) -> No
     apply write serials 1 and 2 that the HTTP lane reads byte for byte (and
     state pull prints); output shows sensitive values; an older state is
     refused by push -force (the serial rule, workspace left locked, released
-    by force-unlock) and taken once its serial is bumped; destroy empties it."""
+    by force-unlock) and taken once its serial is bumped; a newer state is
+    pushed without -force; destroy empties it."""
     tf = lane.terraform("main", cloud_block('name = "app"'))
     init = tf.init().check()
     assert "HCP Terraform has been successfully initialized" in init.output
@@ -143,6 +144,11 @@ def test_cloud_block_lifecycle_is_one_state_with_the_http_lane(lane: Lane) -> No
     tf.state_push(older, "-force").check()
     restored = json.loads(lane.http_state())
     assert (restored["serial"], restored["outputs"]["generation"]["value"]) == (4, 1)
+    newer = {**json.loads(second), "serial": 6}
+    older.write_text(json.dumps(newer))
+    tf.state_push(older).check()
+    pushed = json.loads(lane.http_state())
+    assert (pushed["serial"], pushed["outputs"]["generation"]["value"]) == (7, 2)
 
     tf.destroy().check()
     assert json.loads(lane.http_state())["resources"] == []
