@@ -172,7 +172,7 @@ def test_one_lock_across_both_lanes(lane: Lane) -> None:
     lane.lock_on_http_lane("http-holder-2")
     refused = tf.plan()
     assert refused.rc != 0
-    assert 'lock ID: "default/app"' in refused.flat_output
+    assert 'workspace already locked (lock ID: "default/app")' in refused.flat_output
     tf.force_unlock("default/app").check()
     events = lane.server.request("GET", "/v1/native/events?state=app&kind=lock_force_release",
                                  headers=lane.auth()).json()["events"]
