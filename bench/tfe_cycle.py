@@ -19,7 +19,6 @@ import json
 import statistics
 import sys
 import time
-import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -27,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from http_client import Connection
 from servers import running
-from write_cycle import lock_info, state_template
+from write_cycle import client_loop, state_template
 
 
 def _path(url: str) -> str:
@@ -36,24 +35,8 @@ def _path(url: str) -> str:
 
 
 async def http_cycles(port: int, name: str, template: str, deadline: float) -> int:
-    connection = await Connection.open(port)
-    path, serial, cycles = f"/v1/states/{name}", 1, 0
-    try:
-        while time.monotonic() < deadline:
-            lock_id = str(uuid.uuid4())
-            info = lock_info(lock_id)
-            body = template.replace("{serial}", str(serial)).encode()
-            for method, target, payload in (("LOCK", path, info),
-                                            ("POST", f"{path}?ID={lock_id}", body),
-                                            ("UNLOCK", path, info)):
-                status, _ = await connection.request(method, target, payload)
-                if status != 200:
-                    raise RuntimeError(f"{method} answered {status}")
-            serial += 1
-            cycles += 1
-    finally:
-        await connection.close()
-    return cycles
+    """Benchmark (a)'s client: LOCK -> POST ?ID= -> UNLOCK."""
+    return await client_loop(port, name, template, deadline, floor=False)
 
 
 async def tfe_cycles(port: int, name: str, template: str, deadline: float) -> int:

@@ -22,21 +22,19 @@ from kilolock.tfe.locks import lane_of, owns, tfe_lock_info
 from kilolock.tfe.requests import parse_lock_reason
 from kilolock.web._base import Response, render_async
 from kilolock.web.body import read_body
-from kilolock.web.tfe.base import TFEResource
 from kilolock.web.tfe.lane import TFELane
-from kilolock.web.tfe.workspaces import WorkspaceResource, workspace_answer
+from kilolock.web.tfe.workspaces import BelowWorkspace, WorkspaceResource, workspace_answer
 
 NOT_LOCKED = "workspace already unlocked"
 
 
-class LockActionResource(TFEResource):
+class LockActionResource(BelowWorkspace):
     """C{actions/lock}, C{actions/unlock} or C{actions/force-unlock}."""
 
     route = "/api/v2/workspaces/{workspace}/actions/{lock-action}"
 
     def __init__(self, lane: TFELane, workspace: WorkspaceResource, action: str) -> None:
-        super().__init__(lane)
-        self.workspace = workspace
+        super().__init__(lane, workspace)
         self.action = action
 
     @render_async

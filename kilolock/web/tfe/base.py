@@ -63,6 +63,14 @@ class TFEResource(AsyncResource):
         return None
 
 
+class InOrganization(TFEResource):
+    """A resource below C{organizations/{org}}."""
+
+    def __init__(self, lane: TFELane, organization: str) -> None:
+        super().__init__(lane)
+        self.organization = organization
+
+
 class TFEDirectory(TFEResource):
     """A segment of the TFE API with only fixed children below (C{route}:
     its template, as an unimplemented method on it is logged)."""

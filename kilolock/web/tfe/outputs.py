@@ -26,17 +26,13 @@ from kilolock.web.tfe.base import TFEResource
 from kilolock.web.tfe.documents import Page, output_entries, state_version_output_resource
 from kilolock.web.tfe.jsonapi import jsonapi_response
 from kilolock.web.tfe.lane import TFELane
-from kilolock.web.tfe.workspaces import WorkspaceResource
+from kilolock.web.tfe.workspaces import BelowWorkspace
 
 
-class CurrentOutputsResource(TFEResource):
+class CurrentOutputsResource(BelowWorkspace):
     """The current version's outputs (none while the state has no version)."""
 
     route = "/api/v2/workspaces/{workspace}/current-state-version-outputs"
-
-    def __init__(self, lane: TFELane, workspace: WorkspaceResource) -> None:
-        super().__init__(lane)
-        self.workspace = workspace
 
     @render_async
     async def render_GET(self, request: Request) -> Response:

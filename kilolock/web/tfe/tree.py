@@ -31,7 +31,7 @@ from kilolock.tfe.model import JSON_PART, STATE_PART
 from kilolock.web._base import Response, register_error_dialect, render_async
 from kilolock.web.tfe import API_PATH
 from kilolock.web.tfe.actions import LockActionResource
-from kilolock.web.tfe.base import TFEDirectory, TFEResource
+from kilolock.web.tfe.base import InOrganization, TFEDirectory, TFEResource
 from kilolock.web.tfe.documents import Page, entitlement_resource, organization_resource
 from kilolock.web.tfe.jsonapi import api_headers, jsonapi_error_response, jsonapi_response
 from kilolock.web.tfe.lane import TFELane
@@ -81,14 +81,13 @@ class OrganizationsResource(TFEResource):
                                  "meta": Page().meta(1)})
 
 
-class OrganizationResource(TFEResource):
+class OrganizationResource(InOrganization):
     """One organization (the caller's, else 404)."""
 
     route = "/api/v2/organizations/{org}"
 
     def __init__(self, lane: TFELane, organization: str) -> None:
-        super().__init__(lane)
-        self.organization = organization
+        super().__init__(lane, organization)
         self.putChild(b"entitlement-set", EntitlementResource(lane, organization))
         self.putChild(b"workspaces", OrganizationWorkspacesResource(lane, organization))
 
@@ -98,14 +97,10 @@ class OrganizationResource(TFEResource):
         return jsonapi_response({"data": organization_resource(self.organization)})
 
 
-class EntitlementResource(TFEResource):
+class EntitlementResource(InOrganization):
     """What the organization may use: state storage, never operations."""
 
     route = "/api/v2/organizations/{org}/entitlement-set"
-
-    def __init__(self, lane: TFELane, organization: str) -> None:
-        super().__init__(lane)
-        self.organization = organization
 
     @render_async
     async def render_GET(self, request: Request) -> Response:

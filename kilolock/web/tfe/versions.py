@@ -42,7 +42,7 @@ from kilolock.web.tfe.base import TFEResource
 from kilolock.web.tfe.documents import pending_version_resource, state_version_resource
 from kilolock.web.tfe.jsonapi import api_headers, jsonapi_response
 from kilolock.web.tfe.lane import TFELane
-from kilolock.web.tfe.workspaces import WorkspaceResource
+from kilolock.web.tfe.workspaces import BelowWorkspace
 
 NOT_HELD = ("the workspace must be locked by you through this API (actions/lock) before a"
             " state version is created")
@@ -57,14 +57,10 @@ async def stored_version(lane: TFELane, workspace: TFEWorkspace, number: int) ->
     raise NotFound("no such state version")
 
 
-class CurrentVersionResource(TFEResource):
+class CurrentVersionResource(BelowWorkspace):
     """The workspace's current version (404 while the state has none)."""
 
     route = "/api/v2/workspaces/{workspace}/current-state-version"
-
-    def __init__(self, lane: TFELane, workspace: WorkspaceResource) -> None:
-        super().__init__(lane)
-        self.workspace = workspace
 
     @render_async
     async def render_GET(self, request: Request) -> Response:
@@ -77,14 +73,10 @@ class CurrentVersionResource(TFEResource):
             identifier, summary.current, self.lane.base_url(request))})
 
 
-class CreateVersionResource(TFEResource):
+class CreateVersionResource(BelowWorkspace):
     """C{POST}: a new state version of a workspace the caller has locked."""
 
     route = "/api/v2/workspaces/{workspace}/state-versions"
-
-    def __init__(self, lane: TFELane, workspace: WorkspaceResource) -> None:
-        super().__init__(lane)
-        self.workspace = workspace
 
     @render_async
     async def render_POST(self, request: Request) -> Response:

@@ -37,7 +37,7 @@ from kilolock.tfe.tags import WorkspaceFilter
 from kilolock.web._base import Response, render_async
 from kilolock.web.body import read_body
 from kilolock.web.query import plain_error, query_value, query_values
-from kilolock.web.tfe.base import TFEDirectory, TFEResource
+from kilolock.web.tfe.base import InOrganization, TFEDirectory, TFEResource
 from kilolock.web.tfe.documents import (
     Page,
     output_entries,
@@ -124,14 +124,10 @@ def page_of(request: Request) -> Page:
     return Page(number("page[number]", 1, 10**6), number("page[size]", 20, MAX_PAGE_SIZE))
 
 
-class OrganizationWorkspacesResource(TFEResource):
+class OrganizationWorkspacesResource(InOrganization):
     """An organization's workspaces; POST creates one."""
 
     route = "/api/v2/organizations/{org}/workspaces"
-
-    def __init__(self, lane: TFELane, organization: str) -> None:
-        super().__init__(lane)
-        self.organization = organization
 
     def child(self, segment: str) -> Resource:
         return NamedWorkspaceResource(self.lane, self.organization, segment)
@@ -161,14 +157,13 @@ class OrganizationWorkspacesResource(TFEResource):
         return await workspace_answer(self.lane, request, principal, workspace, 201)
 
 
-class NamedWorkspaceResource(TFEResource):
+class NamedWorkspaceResource(InOrganization):
     """A workspace by its organization and name: read it, delete it."""
 
     route = "/api/v2/organizations/{org}/workspaces/{name}"
 
     def __init__(self, lane: TFELane, organization: str, name: str) -> None:
-        super().__init__(lane)
-        self.organization = organization
+        super().__init__(lane, organization)
         self.name = name
         actions = TFEDirectory(lane, f"{self.route}/actions")
         actions.putChild(b"safe-delete", SafeDeleteResource(lane, self))
@@ -224,15 +219,21 @@ class WorkspaceResource(TFEResource):
         return await delete_workspace(self.lane, principal, workspace, safe=False)
 
 
-class SafeDeleteResource(TFEResource):
-    """C{POST .../actions/safe-delete}: delete unless it manages resources."""
-
-    route = "/api/v2/workspaces/{workspace}/actions/safe-delete"
+class BelowWorkspace(TFEResource):
+    """A resource below a workspace (by id, or by name): C{workspace} finds it."""
 
     def __init__(self, lane: TFELane,
                  workspace: NamedWorkspaceResource | WorkspaceResource) -> None:
         super().__init__(lane)
         self.workspace = workspace
+
+
+class SafeDeleteResource(BelowWorkspace):
+    """C{POST .../actions/safe-delete}: delete unless it manages resources."""
+
+    def __init__(self, lane: TFELane,
+                 workspace: NamedWorkspaceResource | WorkspaceResource) -> None:
+        super().__init__(lane, workspace)
         self.route = f"{workspace.route}/actions/safe-delete"
 
     @render_async
@@ -241,14 +242,10 @@ class SafeDeleteResource(TFEResource):
         return await delete_workspace(self.lane, principal, workspace, safe=True)
 
 
-class TagBindingsResource(TFEResource):
+class TagBindingsResource(BelowWorkspace):
     """A workspace's tags as key/value bindings; PATCH adds or updates some."""
 
     route = "/api/v2/workspaces/{workspace}/tag-bindings"
-
-    def __init__(self, lane: TFELane, workspace: WorkspaceResource) -> None:
-        super().__init__(lane)
-        self.workspace = workspace
 
     @render_async
     async def render_GET(self, request: Request) -> Response:
@@ -264,14 +261,10 @@ class TagBindingsResource(TFEResource):
         return jsonapi_response({"data": tag_binding_resources(updated)})
 
 
-class TagsResource(TFEResource):
+class TagsResource(BelowWorkspace):
     """A workspace's tags (keys); POST adds some."""
 
     route = "/api/v2/workspaces/{workspace}/relationships/tags"
-
-    def __init__(self, lane: TFELane, workspace: WorkspaceResource) -> None:
-        super().__init__(lane)
-        self.workspace = workspace
 
     @render_async
     async def render_GET(self, request: Request) -> Response:
