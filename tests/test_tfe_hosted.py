@@ -29,9 +29,10 @@ class Hosted:
     def __init__(self) -> None:
         self.stub = HostedStub()
         self.acme = self.stub.control.tenant("acme")
-        self.outputs = self.stub.control.ok("POST", "/tenants/acme/tokens", {
-            "name": "dashboard", "environment": "default", "scope": "outputs"},
-            201)["token_secret"]
+        issued = self.stub.control.ok("POST", "/tenants/acme/tokens", {
+            "name": "dashboard", "environment": "default", "scope": "outputs"}, 201)
+        self.outputs_answer = issued
+        self.outputs = issued["token_secret"]
         self.stub.control.ok("POST", "/tenants/acme/workspaces/default/environments",
                              {"name": "staging"}, 201)
         self.staging = self.stub.control.ok("POST", "/tenants/acme/tokens", {
@@ -138,11 +139,15 @@ def test_a_read_only_token_reads_and_never_locks_or_writes(hosted: Hosted) -> No
 
 def test_an_outputs_only_token_reads_workspaces_and_plain_outputs_only(
         hosted: Hosted) -> None:
-    """An outputs-only token lists and reads workspaces and non-sensitive
-    outputs (tfe_outputs' include=outputs too); sensitive values, the state
-    (on both lanes), versions and every write are 403."""
+    """An outputs-only token (issued without any backend block) lists and
+    reads workspaces and non-sensitive outputs (tfe_outputs' include=outputs
+    too); sensitive values, the state (on both lanes), versions and every
+    write are 403."""
     workspace = create_with_outputs(hosted)
     token = hosted.outputs
+    assert hosted.outputs_answer["scope"] == "outputs"
+    assert "backend_block" not in hosted.outputs_answer
+    assert "remote_state_block" not in hosted.outputs_answer
     assert [w["attributes"]["name"] for w in hosted.ok(
         "GET", "/api/v2/organizations/acme/workspaces", token)["data"]] == ["app"]
     read = hosted.ok("GET", "/api/v2/organizations/acme/workspaces/app?include=outputs", token)

@@ -270,6 +270,19 @@ def test_an_http_lane_lock_blocks_the_tfe_lane(tfe: TFEStub) -> None:
     assert native["lock"] is None
 
 
+def test_the_http_lane_force_unlocks_a_tfe_lock(tfe: TFEStub) -> None:
+    """An UNLOCK without a lock ID on the HTTP lane releases a TFE-lane lock,
+    audited as a forced release; the TFE holder's unlock then answers 409."""
+    created = tfe.create("app")
+    assert tfe.lock(created["id"]).status == 200
+    forced = tfe.request("UNLOCK", "/v1/states/app", body=b"", headers=bearer())
+    assert forced.status == 200
+    kinds = [event.kind for event in tfe.store.list_events(DEFAULT_TENANT).result]
+    assert kinds[-2:] == [LOCK_ACQUIRE, LOCK_FORCE_RELEASE]
+    again = tfe.request("POST", f"/api/v2/workspaces/{created['id']}/actions/unlock")
+    assert again.status == 409
+
+
 def test_kl_lock_status_tells_the_lanes_apart(tfe: TFEStub) -> None:
     """The native lock document (what kl lock status prints) names the lane."""
     created = tfe.create("app")
