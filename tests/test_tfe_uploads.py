@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pytest
+from jsonapi_rules import STATE_VERSION, check_document
 from stub_client import lock_body, state_body, terraform_headers
 from tfe_support import TFEStub, bearer, url_path, version_document
 
@@ -57,6 +58,7 @@ def test_upload_makes_the_version_current_once(tfe: TFEStub) -> None:
     taken and not kept; each URL works once; the grant has 256 bits."""
     raw = state_body(1, outputs={"x": {"value": 1, "type": "number"}})
     pending, state_url, json_url = announce(tfe, raw, 1)
+    check_document({"data": pending}, STATE_VERSION)
     assert pending["attributes"]["status"] == "pending"
     assert tfe.store.read_current(APP).result is None
     grant = state_url.split("grant=", 1)[1]
@@ -66,7 +68,9 @@ def test_upload_makes_the_version_current_once(tfe: TFEStub) -> None:
     assert tfe.store.read_current(APP).result == raw
     assert tfe.store.get_projection(APP).result.outputs[0].name == "x"
     assert writes(tfe) == 1
-    read = tfe.ok("GET", f"/api/v2/state-versions/{pending['id']}")["data"]["attributes"]
+    read_document = tfe.ok("GET", f"/api/v2/state-versions/{pending['id']}")
+    check_document(read_document, STATE_VERSION)
+    read = read_document["data"]["attributes"]
     assert read["status"] == "finalized"
     assert tfe.request("GET", url_path(read["hosted-state-download-url"])).body == raw
     for path, body in ((state_url, raw), (json_url, b"{}")):
