@@ -198,7 +198,7 @@ def test_tags_strategy_and_workspace_commands(lane: Lane) -> None:
     """kl creates a tagged workspace ahead of init; init (tags) selects it;
     workspace new/list/select/show work; delete removes an empty workspace
     (safe-delete), refuses one with resources without -force and deletes it
-    with -force (its state too)."""
+    with -force (its state too); key/value tags select and tag the same way."""
     kl_env = kl_environment(lane.server.base_url, home=lane.tmp_path / "kl", KL_TOKEN=TOKEN)
     run_kl("workspaces", "create", "net-a", "--tag", "network", "--tag", "tier=1",
            env=kl_env).check()
@@ -233,6 +233,14 @@ def test_tags_strategy_and_workspace_commands(lane: Lane) -> None:
         "GET", "/v1/native/events?state=net-b", headers=lane.auth()).json()["events"]]
     assert kinds[0] == "tfe_workspace_create" and kinds[-2:] == [
         "state_delete", "tfe_workspace_delete"]
+
+    keyed = lane.terraform("keyed", cloud_block('tags = { tier = "1" }'))
+    keyed.init().check()
+    assert keyed.run("workspace", "show").check().stdout == "net-a\n"
+    keyed.run("workspace", "new", "kv-b").check()
+    bindings = lane.api("GET", "/organizations/default/workspaces/kv-b")["data"]
+    tags = lane.api("GET", f"/workspaces/{bindings['id']}/tag-bindings")["data"]
+    assert [(t["attributes"]["key"], t["attributes"]["value"]) for t in tags] == [("tier", "1")]
 
 
 def remote_backend(prefix: str) -> str:
