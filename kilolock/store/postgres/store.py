@@ -6,7 +6,8 @@ The store is a composition, each part made with what it needs:
   - L{PostgresStates} (writes, deletes, LOCK, UNLOCK) and L{PostgresReads},
   - L{PostgresEvents} (the audit chain's calls),
   - L{PostgresTenants} (hosted mode), to which L{ITenantStore} is forwarded
-    whole.
+    whole;
+  - L{PostgresTFE} (the TFE lane), to which L{ITFEStore} is forwarded whole.
 
 Below this module, every public method is one transaction run by the
 runner; nothing blocks the reactor thread; nothing logs state bytes, query
@@ -72,12 +73,16 @@ from kilolock.store.postgres.runner import (
 from kilolock.store.postgres.statements import PREPARE_STATEMENTS
 from kilolock.store.postgres.states import PostgresStates
 from kilolock.store.postgres.tenants import PostgresTenants
+from kilolock.store.postgres.tfe import PostgresTFE
+from kilolock.tfe.interfaces import ITFEStore
 
 __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
 
 
-@implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, IHealthCheck)
-class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ignore[misc]
+@implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore,
+             IHealthCheck)
+class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
+                         proxyForInterface(ITFEStore, "tfe")):  # type: ignore[misc]
     """States, versions, locks, projection rows, audit events and tenants in
     PostgreSQL.  L{ITenantStore} is forwarded whole to L{tenants} (Twisted's
     C{proxyForInterface}: mypy cannot follow a base class made at run time);
@@ -92,6 +97,7 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
     @ivar runner: the L{TransactionRunner} every part runs its transactions on.
     @ivar tenants: the L{PostgresTenants}.
     @ivar oidc_policies: the L{PostgresOidcPolicies} (L{IOidcPolicyStore}).
+    @ivar tfe: the L{PostgresTFE}.
     """
 
     def __init__(self, database_url: str | None, reactor: Any, *,
@@ -116,6 +122,7 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
         self._dashboard = PostgresDashboard(self.runner)
         self.tenants = PostgresTenants(self.runner, clock)
         self.oidc_policies = PostgresOidcPolicies(self.runner, clock)
+        self.tfe = PostgresTFE(self.runner, clock)
 
     @classmethod
     def embedded(cls, server: EmbeddedPostgres, reactor: Any,
