@@ -267,3 +267,36 @@ class InvalidOidcPolicy(BadRequest):
 
 class OidcPolicyNotFound(NotFound):
     code = "oidc_policy_not_found"
+
+
+# -- state at rest: tombstones, purge, encryption keys -------------------------
+
+
+class VersionPruned(KilolockError):
+    """The version's bytes are gone (pruned by retention, or purged): only its
+    tombstone is left, and history still lists it."""
+
+    status = 410
+    code = "version_pruned"
+
+
+class VersionIsCurrent(Conflict):
+    """A purge named the state's current version, whose bytes every client
+    reads: roll back (or write a new version) first."""
+
+    code = "version_is_current"
+
+
+class EncryptionKeysRefused(ServiceUnavailable):
+    """The store cannot serve: the database holds versions the configured
+    encryption keys cannot open (or keys are needed and none are configured).
+    The message (logged at start) says which key id and what to do; clients
+    get a 503 until the configuration is fixed and the server restarted."""
+
+    code = "encryption_keys_refused"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("the server cannot open its stored versions with the encryption keys"
+                         " it was given; its log says why", retry_after=30)
+        #: What the log says: the key id at fault and the fix (never a secret).
+        self.detail = detail

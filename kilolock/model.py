@@ -211,6 +211,15 @@ class StateVersion:
     created_at: datetime
     principal: str
     projected: bool
+    #: A tombstone (its bytes were pruned by retention or purged): when,
+    #: and why.  None for a version whose bytes are stored.
+    pruned_at: datetime | None = None
+    prune_reason: str | None = None
+
+    @property
+    def pruned(self) -> bool:
+        """Whether only the tombstone of this version is left."""
+        return self.pruned_at is not None
 
     @classmethod
     def of_upload(cls, upload: StateUpload, number: int, created_at: datetime,

@@ -23,6 +23,9 @@ from twisted.logger import Logger
 from twisted.python import usage
 from zope.interface import implementer
 
+from kilolock.atrest.errors import KeyFileError
+from kilolock.atrest.keyfile import load_key_file
+from kilolock.atrest.keyring import LocalKeyProvider
 from kilolock.auth import (
     AUTH_MODES,
     DatabaseTokenChecker,
@@ -35,6 +38,7 @@ from kilolock.metrics import Metrics
 from kilolock.oidc.grace import DEFAULT_GRACE, MAX_GRACE
 from kilolock.oidc_auth import oidc_checker
 from kilolock.oidc_settings import check_oidc_settings, oidc_policy_source
+from kilolock.retention import MAX_DAYS, MAX_VERSIONS
 from kilolock.store.memory import MemoryStateStore
 from kilolock.tls import check_client_ca, mtls_service
 from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
@@ -58,6 +62,8 @@ DEFAULT_SHUTDOWN_GRACE = 30.0
 MIN_CONTROL_TOKEN_LENGTH = 16
 #: Seconds closing connections may take once no request is in flight.
 CLOSE_GRACE = 5.0
+#: Seconds between two pruning passes.
+DEFAULT_RETENTION_INTERVAL = 600.0
 
 
 @frozen
@@ -98,6 +104,13 @@ class Settings:
     #: For Kilolock's own tests only: a file holding the time CI tokens are
     #: verified at (KL_TESTING_OIDC_CLOCK_FILE, no command-line option).
     testing_oidc_clock_file: str | None = None
+    # State at rest: the key file that encrypts versions (none: stored
+    # unencrypted), the server's retention policy (None: no limit of that
+    # kind) and the seconds between two pruning passes.
+    encryption_keys: str | None = None
+    retention_versions: int | None = None
+    retention_days: int | None = None
+    retention_interval: float = DEFAULT_RETENTION_INTERVAL
 
     @classmethod
     def from_sources(cls, options: Mapping[str, Any],
@@ -143,6 +156,13 @@ class Settings:
             oidc_lock_grace=_number(float, "KL_OIDC_LOCK_GRACE", pick(
                 "oidc-lock-grace", "KL_OIDC_LOCK_GRACE", DEFAULT_GRACE)),
             testing_oidc_clock_file=environ.get("KL_TESTING_OIDC_CLOCK_FILE") or None,
+            encryption_keys=pick("encryption-keys", "KL_ENCRYPTION_KEYS", None),
+            retention_versions=_limit("KL_RETENTION_VERSIONS", pick(
+                "retention-versions", "KL_RETENTION_VERSIONS", None), MAX_VERSIONS),
+            retention_days=_limit("KL_RETENTION_DAYS", pick(
+                "retention-days", "KL_RETENTION_DAYS", None), MAX_DAYS),
+            retention_interval=_number(float, "KL_RETENTION_INTERVAL", pick(
+                "retention-interval", "KL_RETENTION_INTERVAL", DEFAULT_RETENTION_INTERVAL)),
         )
         settings.check()
         return settings
@@ -172,6 +192,13 @@ class Settings:
             raise usage.UsageError("--ui must be on or off")
         if self.ui_session_seconds <= 0:
             raise usage.UsageError("KL_UI_SESSION_SECONDS must be a positive number of seconds")
+        if self.retention_interval <= 0:
+            raise usage.UsageError("KL_RETENTION_INTERVAL must be a positive number of seconds")
+        if self.encryption_keys is not None:
+            try:
+                load_key_file(self.encryption_keys)
+            except KeyFileError as error:
+                raise usage.UsageError(f"--encryption-keys: {error}") from None
         if self.log_format not in LOG_FORMATS:
             raise usage.UsageError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
         try:
@@ -258,6 +285,18 @@ class Options(usage.Options):
         ["oidc-config", None, None,
          "TOML (or .json) file of trusted OIDC issuers and rules for CI tokens (static auth"
          " mode; see docs/ci-identity.md) [KL_OIDC_CONFIG]"],
+        ["encryption-keys", None, None,
+         "TOML key file of key-encryption keys (one active): stored versions are encrypted"
+         " (PostgreSQL store; see docs/at-rest.md) [KL_ENCRYPTION_KEYS, default: not"
+         " encrypted]"],
+        ["retention-versions", None, None,
+         "keep the newest N versions of each state (older ones are pruned unless"
+         " --retention-days keeps them) [KL_RETENTION_VERSIONS, default: no limit]"],
+        ["retention-days", None, None,
+         "keep every version younger than D days [KL_RETENTION_DAYS, default: no limit]"],
+        ["retention-interval", None, None,
+         "seconds between two pruning passes"
+         f" [KL_RETENTION_INTERVAL, default {DEFAULT_RETENTION_INTERVAL:g}]"],
         ["oidc-lock-grace", None, None,
          "seconds after its expiry a CI token may still write and unlock the lock it took,"
          f" 0 to {MAX_GRACE:.0f} [KL_OIDC_LOCK_GRACE, default {DEFAULT_GRACE:.0f}]"],
@@ -280,6 +319,17 @@ class Options(usage.Options):
             # twistd builds its log observer from its --logger option after
             # the plugin's options are parsed: hand it the JSON observer.
             self.parent["logger"] = "kilolock.logs.json_log_observer"
+
+
+def _limit(name: str, value: Any, maximum: int) -> int | None:
+    """A retention limit: absent, C{off} or C{none} is no limit; else a whole
+    number from 1 to C{maximum}."""
+    if value is None or str(value).strip().lower() in ("off", "none"):
+        return None
+    number = _number(int, name, value)
+    if not 1 <= number <= maximum:
+        raise usage.UsageError(f"{name} must be a whole number from 1 to {maximum}, or off")
+    return int(number)
 
 
 def _number(kind: type[Any], name: str, value: Any) -> Any:
@@ -309,11 +359,22 @@ class StoreService(Service):
 
 
 def build_store(settings: Settings, reactor: Any) -> IStateStore:
+    """The store of C{settings}; the PostgreSQL store encrypts versions with
+    the key file's keys when there is one (the memory store does not)."""
     if settings.store == "memory":
+        if settings.encryption_keys is not None:
+            log.info("the memory store keeps versions in memory, unencrypted:"
+                     " --encryption-keys applies to the PostgreSQL store")
         return MemoryStateStore()
     from kilolock.store.postgres.store import postgres_store_from_settings
 
-    return postgres_store_from_settings(settings, reactor)
+    provider = None
+    if settings.encryption_keys is not None:
+        provider = LocalKeyProvider(load_key_file(settings.encryption_keys))
+    else:
+        log.info("stored versions are not encrypted (no --encryption-keys; see"
+                 " docs/at-rest.md)")
+    return postgres_store_from_settings(settings, reactor, key_provider=provider)
 
 
 def build_portal_for(settings: Settings, store: IStateStore, reactor: Any = None) -> Any:

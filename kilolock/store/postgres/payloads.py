@@ -1,9 +1,12 @@
-"""A version's bytes as the PostgreSQL store keeps them: compressed payloads.
+"""A version's bytes as the PostgreSQL store keeps them: compressed payloads,
+encrypted when the store has encryption keys.
 
-Writes compress with L{kilolock.atrest.versions.VersionCodec} (plaintext:
-no key provider yet; encryption seals the compressed payload later, so the
-layering holds): a new version is a zstd delta against the newest full
-snapshot of its state when the policy says so, else a new full snapshot.
+Writes go through L{kilolock.atrest.versions.VersionCodec}: compressed (a
+zstd delta against the newest full snapshot of its state when the policy
+says so, else a new full snapshot), then, with a key provider, sealed under
+a fresh data key whose wrapping goes in C{data_key} and whose key id in
+C{kek_id} (L{write_columns}).  Every write of a version, whatever path it
+takes, goes through here: encryption comes with it.
 The snapshot a write needs is remembered per state in this process
 (L{SnapshotCache}); a process that does not know it (its first write of the
 state, or after another process wrote a newer snapshot and this one's was
@@ -11,8 +14,10 @@ dropped) writes a full snapshot.  Any full snapshot of the state is a
 correct base, so a stale cache only makes a delta larger; the database
 checks that the base is there (C{kl_write_state}).
 
-Reads decode a row (and, for a delta, its base) and check the size and
-sha256 the row records.  Rows written before compression are C{identity}.
+Reads decode a row (and, for a delta, its base: opened with its own data
+key) and check the size and sha256 the row records.  Rows written before
+compression are C{identity}; rows written before encryption was turned on
+have no data key and are read as they are.
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ from kilolock.atrest.envelope import VersionIdentity
 from kilolock.atrest.stored import StoredPayload
 from kilolock.atrest.versions import StoredRow, VersionCodec
 from kilolock.model import StateKey
+from kilolock.store.postgres.codecs import bytes_from_hex
 
-__all__ = ["CachedSnapshot", "SnapshotCache", "StoredColumns", "decode_stored", "identity_of"]
+__all__ = ["CachedSnapshot", "SnapshotCache", "StoredColumns", "decode_stored", "identity_of",
+           "write_columns"]
 
 #: Bytes of snapshots a process remembers (raw bytes, all states together).
 SNAPSHOT_CACHE_BYTES = 64 << 20
@@ -83,10 +90,18 @@ class SnapshotCache:
             self._size -= len(dropped.snapshot.base.raw)
 
 
+def write_columns(stored: StoredPayload) -> dict[str, Any]:
+    """The columns an insert of C{stored} sets: C{codec}, C{payload},
+    C{data_key} and C{kek_id} (both None when not encrypted)."""
+    return {"codec": stored.codec.value, "payload": stored.payload,
+            "data_key": stored.data_key, "kek_id": stored.key_id}
+
+
 @frozen
 class StoredColumns:
     """A version row's payload columns as a read selected them; C{payload}
-    None: too large for the pool, read it by C{row_id} on the blocking path."""
+    None: too large for the pool, read it by C{row_id} on the blocking path.
+    C{data_key} is the wrapped data key of an encrypted row (None: plain)."""
 
     codec: str
     payload: bytes | None
@@ -94,6 +109,11 @@ class StoredColumns:
     sha256: str
     serial: int
     row_id: int
+    data_key: bytes | None = None
+
+    def stored(self) -> StoredPayload:
+        assert self.payload is not None
+        return StoredPayload(Codec(self.codec), self.payload, self.data_key)
 
 
 def identity_of(key: StateKey, columns: StoredColumns) -> VersionIdentity:
@@ -106,20 +126,19 @@ def decode_stored(codec: VersionCodec, key: StateKey, row: StoredColumns,
 
     @return: a Deferred firing with them; failing with the typed errors of
         L{kilolock.atrest.errors}."""
-    assert row.payload is not None
-    stored = StoredRow(StoredPayload(Codec(row.codec), row.payload), identity_of(key, row))
+    stored = StoredRow(row.stored(), identity_of(key, row))
     base_row = None
     if base is not None and row.codec == Codec.ZSTD_DELTA.value:
-        assert base.payload is not None
-        base_row = StoredRow(StoredPayload(Codec(base.codec), base.payload),
-                             identity_of(key, base))
+        base_row = StoredRow(base.stored(), identity_of(key, base))
     return codec.decode(stored, base_row)
 
 
 def columns_of(values: Any) -> StoredColumns | None:
-    """A (codec, payload, size, sha256, serial, id) group of a read's row
-    (payload as bytes or None); None when the codec is NULL (no base)."""
-    codec, payload, size, sha256, serial, row_id = values
+    """A (codec, payload, size, sha256, serial, id, data_key) group of a
+    read's row (payload as bytes or None, data_key as hex text or None);
+    None when the codec is NULL (no base)."""
+    codec, payload, size, sha256, serial, row_id, data_key = values
     if codec is None:
         return None
-    return StoredColumns(str(codec), payload, int(size), str(sha256), int(serial), int(row_id))
+    return StoredColumns(str(codec), payload, int(size), str(sha256), int(serial), int(row_id),
+                         None if data_key is None else bytes_from_hex(data_key))

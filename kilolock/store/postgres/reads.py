@@ -27,11 +27,15 @@ from kilolock.model import (
     StateVersion,
 )
 from kilolock.resource_query import check_query
+from kilolock.retention import pruned_error
 from kilolock.store.postgres import large, payloads, rows, statements
 from kilolock.store.postgres.codecs import bytes_from_hex
 from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresReads"]
+
+#: The codec of a tombstone's row.
+PRUNED = "pruned"
 
 
 class PostgresReads:
@@ -68,8 +72,10 @@ class PostgresReads:
             row = await self._runner.run_interaction(select)
             if row is None:
                 return None
-            version = await self._payload_read(payloads.columns_of(row[0:6]))
-            base = await self._payload_read(payloads.columns_of(row[6:12]))
+            if row[0] == PRUNED:
+                raise pruned_error(int(params.get("number", 0)), rows.utc(row[14]), row[15])
+            version = await self._payload_read(payloads.columns_of(row[0:7]))
+            base = await self._payload_read(payloads.columns_of(row[7:14]))
             assert version is not None
             return await payloads.decode_stored(self._codec, key, version, base)
 
@@ -138,7 +144,7 @@ class PostgresReads:
 
     async def _list_versions_txn(self, cursor: Any, key: StateKey) -> list[StateVersion]:
         await cursor.execute(statements.VERSIONS, (key.tenant, key.path))
-        return [rows.version(row) for row in cursor.fetchall()]
+        return [rows.listed_version(row) for row in cursor.fetchall()]
 
     # -- the projection -------------------------------------------------
 

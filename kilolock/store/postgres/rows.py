@@ -12,6 +12,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any, overload
 
+from attrs import evolve
+
 from kilolock.model import (
     ApiToken,
     AuditEvent,
@@ -41,6 +43,7 @@ __all__ = [
     "event",
     "held_lock",
     "holder",
+    "listed_version",
     "matches_from_rows",
     "projection_from_rows",
     "tenant",
@@ -88,6 +91,12 @@ def version(row: Any) -> StateVersion:
     return StateVersion(number=number, serial=serial, lineage=lineage, sha256=sha256,
                         size=size, created_at=utc(created_at), principal=principal,
                         projected=projected)
+
+
+def listed_version(row: Any) -> StateVersion:
+    """A row of L{VERSION_COLUMNS} followed by C{pruned_at, prune_reason}."""
+    pruned_at, prune_reason = row[-2:]
+    return evolve(version(row[:-2]), pruned_at=utc(pruned_at), prune_reason=prune_reason)
 
 
 def held_lock(row: Any) -> HeldLock:

@@ -37,7 +37,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from txpostgres.reconnection import ConnectionDead
 
-from kilolock.errors import KilolockError, ServiceUnavailable, Unauthorized
+from kilolock.errors import (
+    EncryptionKeysRefused,
+    KilolockError,
+    ServiceUnavailable,
+    Unauthorized,
+)
 from kilolock.model import StoreProbe
 from kilolock.store.embedded import EmbeddedPostgres
 from kilolock.store.postgres.blocking import BlockingSession, register_casters
@@ -79,6 +84,9 @@ _REFUSAL_PAUSE = 0.05
 
 Transaction = Callable[..., Coroutine[Any, Any, T]]
 
+#: What the runner logs when the store's start-up check refuses its keys.
+KEYS_REFUSED = "the state store cannot start: {detail}"
+
 
 @frozen
 class RunnerSettings:
@@ -112,11 +120,15 @@ class TransactionRunner:
 
     def __init__(self, database_url: str | None, reactor: Any,
                  settings: RunnerSettings = RunnerSettings(), *,
-                 embedded: EmbeddedPostgres | None = None) -> None:
+                 embedded: EmbeddedPostgres | None = None,
+                 check: Transaction[Any] | None = None) -> None:
         if database_url is None and embedded is None:
             raise ValueError("a database URL or an embedded PostgreSQL is needed")
         self._reactor = reactor
         self._settings = settings
+        #: Run once the schema is current, each time a pool opens: the store
+        #: serves only when it passes (L{EncryptionKeysRefused} when not).
+        self._check = check
         self.embedded = embedded
         self._dsn = None if database_url is None else settings.connection_string(database_url)
         self._pool: ResilientPool | None = None
@@ -124,6 +136,9 @@ class TransactionRunner:
         self._pool_attempts = 0
         self._pool_failed_at = float("-inf")
         self._connect_failure_logged_at: float | None = None
+        self._refusal_logged_at: float | None = None
+        #: Why the last pool was refused (answered until the next attempt).
+        self._refusal: EncryptionKeysRefused | None = None
         self._stopped = False
         self._in_flight = 0
         self._idle_waiters: list[Deferred[None]] = []
@@ -188,7 +203,10 @@ class TransactionRunner:
                 if not isinstance(error, (*UNREACHABLE, KilolockError)):
                     log.failure("the database probe failed unexpectedly")
                 self._note_reachable(False, error)
-                return StoreProbe(reachable=False, message="PostgreSQL does not answer",
+                message = ("the encryption keys do not open the stored versions"
+                           if isinstance(error, EncryptionKeysRefused)
+                           else "PostgreSQL does not answer")
+                return StoreProbe(reachable=False, message=message,
                                   expected_schema_version=SCHEMA_VERSION)
             self._note_reachable(True)
             return StoreProbe(reachable=True, message="PostgreSQL answers",
@@ -207,7 +225,7 @@ class TransactionRunner:
         if self._pool is not None:
             return self._pool
         if self._reactor.seconds() - self._pool_failed_at < POOL_RETRY_INTERVAL:
-            raise ServiceUnavailable(retry_after=RETRY_AFTER)
+            raise self._refusal or ServiceUnavailable(retry_after=RETRY_AFTER)
         attempts_seen = self._pool_attempts
         async with self._pool_lock:
             if self._pool is not None:
@@ -244,6 +262,9 @@ class TransactionRunner:
                 pool, lambda cursor: ensureDeferred(_prepare_database_txn(cursor)))
             self.schema_upgrade = (found, now)
             self.utf8_database = encoding.upper() in ("UTF8", "UNICODE")
+            if self._check is not None:
+                check = self._check
+                await self._bounded(pool, lambda cursor: ensureDeferred(check(cursor)))
             if self._settings.prepare_sql is not None:
                 await pool.prepare_statements(self._settings.prepare_sql)
             if found != now:
@@ -256,13 +277,26 @@ class TransactionRunner:
             if isinstance(error, SchemaTooNew):
                 log.error("{message}", message=str(error))
                 raise
+            if isinstance(error, EncryptionKeysRefused):
+                self._refusal = error
+                self._log_refusal(error)
+                raise
             if isinstance(error, (*UNREACHABLE, ConnectTimeout, ServiceUnavailable)):
                 self._log_connect_failure(error)
                 raise ServiceUnavailable(retry_after=RETRY_AFTER) from None
             raise
         self._connect_failure_logged_at = None
+        self._refusal = None
         self._note_reachable(True)
         return pool
+
+    def _log_refusal(self, error: EncryptionKeysRefused) -> None:
+        """Log why the keys were refused: at the first refusal, then once a
+        minute (each call tries to open the pool again)."""
+        now = self._reactor.seconds()
+        if self._refusal_logged_at is None or now - self._refusal_logged_at >= 60:
+            self._refusal_logged_at = now
+            log.error(KEYS_REFUSED, detail=error.detail)
 
     def _log_connect_failure(self, error: BaseException) -> None:
         """Log why connecting failed: at the first failure, then once a minute.

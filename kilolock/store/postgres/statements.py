@@ -51,7 +51,8 @@ WRITE_STATE = PreparedSQL(
     "kl_write_state_sql",
     "SELECT * FROM kl_write_state(%(tenant)s, %(path)s, %(lock_id)s, %(number)s, %(serial)s,"
     " %(lineage)s, %(sha256)s, %(size)s, %(at)s, %(principal)s, %(projected)s,"
-    " %(resource_count)s, %(codec)s, %(payload)s, %(base_number)s, %(base_sha256)s,"
+    " %(resource_count)s, %(codec)s, %(payload)s, %(data_key)s, %(kek_id)s, %(base_number)s,"
+    " %(base_sha256)s,"
     " %(digests)s, %(resources)s, %(dependencies)s, %(outputs)s, %(kind)s,"
     " %(detail_head)s, %(detail_tail)s, %(prefix_head)s, %(prefix_tail)s, %(suffix)s)")
 
@@ -99,7 +100,8 @@ TOUCH_STATE_AND_NEXT_VERSION_ID = (
 
 COPY_VERSION = (
     "COPY state_versions (id, state_id, number, serial, lineage, sha256, size, payload, codec,"
-    " created_at, principal, projected, resource_count) FROM STDIN (FORMAT binary)"
+    " data_key, kek_id, created_at, principal, projected, resource_count)"
+    " FROM STDIN (FORMAT binary)"
 )
 
 # The projection's rows go (and with them the digests that let a later write
@@ -142,12 +144,15 @@ DELETE_STATE = "DELETE FROM states WHERE id = %s"
 # A version's stored payload and, for a delta, its base snapshot's: codec,
 # payload (hex text when shorter than %(limit)s, LARGE_TRANSFER_BYTES; else
 # NULL, and the row's id reads it on the blocking path: PAYLOAD_BY_ID),
-# size, sha256, serial and id of each.  No row: no such version.
+# size, sha256, serial, id and wrapped data key of each; then when and why
+# the version was pruned (a tombstone: codec 'pruned').  No row: no such
+# version.
 _STORED_VERSION = """
 SELECT v.codec, CASE WHEN octet_length(v.payload) < %(limit)s THEN v.payload END,
-       v.size, v.sha256, v.serial, v.id,
+       v.size, v.sha256, v.serial, v.id, v.data_key,
        b.codec, CASE WHEN octet_length(b.payload) < %(limit)s THEN b.payload END,
-       b.size, b.sha256, b.serial, b.id
+       b.size, b.sha256, b.serial, b.id, b.data_key,
+       v.pruned_at, v.prune_reason
 FROM states s JOIN state_versions v ON v.state_id = s.id
 LEFT JOIN state_versions b ON b.state_id = v.state_id AND b.number = v.base_number
 WHERE s.tenant_id = %(tenant)s AND s.path = %(path)s
@@ -174,9 +179,10 @@ WHERE s.tenant_id = %(tenant)s
 SUMMARY_OF_PATH = " AND s.path = %(path)s"
 SUMMARY_ORDER = ' ORDER BY s.path COLLATE "C"'
 
+# Every version, tombstones with when and why they were pruned.
 VERSIONS = (
-    f"SELECT {VERSION_COLUMNS} FROM state_versions v"  # noqa: S608 - constant columns
-    " JOIN states s ON s.id = v.state_id"
+    f"SELECT {VERSION_COLUMNS}, v.pruned_at, v.prune_reason"  # noqa: S608 - constant columns
+    " FROM state_versions v JOIN states s ON s.id = v.state_id"
     " WHERE s.tenant_id = %s AND s.path = %s ORDER BY v.number"
 )
 

@@ -66,7 +66,7 @@ from kilolock.store.postgres.events import (
     event_parameters,
     numbered_event_parameters,
 )
-from kilolock.store.postgres.payloads import SnapshotCache
+from kilolock.store.postgres.payloads import SnapshotCache, write_columns
 from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresStates"]
@@ -216,8 +216,8 @@ class PostgresStates:
         await cursor.execute(statements.WRITE_STATE, {
             **params, "number": number, "lineage": upload.parsed.lineage, "size": size,
             "projected": upload.parsed.projection is not None,
-            "resource_count": prepared.resource_count, "codec": stored.codec.value,
-            "payload": stored.payload, "base_number": base_number if delta else None,
+            "resource_count": prepared.resource_count, **write_columns(stored),
+            "base_number": base_number if delta else None,
             "base_sha256": stored.base_sha256, **prepared.projection_parameters()},
             commit=True)
         found: list[Any] = cursor.fetchall()

@@ -27,6 +27,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.components import proxyForInterface
 from zope.interface import implementer
 
+from kilolock.atrest.interfaces import IKeyProvider
 from kilolock.atrest.versions import VersionCodec
 from kilolock.interfaces import (
     IHealthCheck,
@@ -61,8 +62,10 @@ from kilolock.store.embedded import EmbeddedPostgres
 from kilolock.store.postgres.dashboard import PostgresDashboard
 from kilolock.store.postgres.dsn import CONNECT_TIMEOUT, STATEMENT_TIMEOUT
 from kilolock.store.postgres.events import PostgresEvents
+from kilolock.store.postgres.keys import check_keys_txn
 from kilolock.store.postgres.large import LARGE_UPLOAD_BYTES
 from kilolock.store.postgres.oidc_policies import PostgresOidcPolicies
+from kilolock.store.postgres.payloads import SnapshotCache
 from kilolock.store.postgres.reads import PostgresReads
 from kilolock.store.postgres.runner import (
     DEFAULT_POOL_SIZE,
@@ -107,16 +110,20 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
                  operation_timeout: float = OPERATION_TIMEOUT,
                  clock: Callable[[], datetime] = utcnow,
                  embedded: EmbeddedPostgres | None = None,
-                 prepared_statements: bool = True) -> None:
+                 prepared_statements: bool = True,
+                 key_provider: IKeyProvider | None = None) -> None:
         self._prepared_statements = prepared_statements
         self.runner = TransactionRunner(database_url, reactor, RunnerSettings(
             pool_size=pool_size, connect_timeout=connect_timeout,
             statement_timeout=statement_timeout, operation_timeout=operation_timeout,
-            prepare_sql=PREPARE_STATEMENTS if prepared_statements else None), embedded=embedded)
-        #: Compresses and decodes version payloads (plaintext: no key provider).
-        self.codec = VersionCodec(None, run_large=self.runner.in_thread,
+            prepare_sql=PREPARE_STATEMENTS if prepared_statements else None), embedded=embedded,
+            check=lambda cursor: check_keys_txn(cursor, key_provider))
+        #: Compresses (then, with C{key_provider}, encrypts) and decodes
+        #: version payloads.
+        self.codec = VersionCodec(key_provider, run_large=self.runner.in_thread,
                                   large_size=LARGE_UPLOAD_BYTES)
-        self._states = PostgresStates(self.runner, clock, self.codec)
+        self.snapshots = SnapshotCache()
+        self._states = PostgresStates(self.runner, clock, self.codec, self.snapshots)
         self._reads = PostgresReads(self.runner, self.codec)
         self._events = PostgresEvents(self.runner, clock)
         self._dashboard = PostgresDashboard(self.runner)
@@ -249,11 +256,15 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
         return self.oidc_policies.oidc_tenant_of_workspace(workspace_id)
 
 
-def postgres_store_from_settings(settings: Any, reactor: Any) -> PostgresStateStore:
+def postgres_store_from_settings(settings: Any, reactor: Any,
+                                 key_provider: IKeyProvider | None = None,
+                                 ) -> PostgresStateStore:
     """The store C{twistd kilolock} uses: the database at C{settings.database_url},
-    or the embedded PostgreSQL in C{settings.data_dir} when there is no URL."""
+    or the embedded PostgreSQL in C{settings.data_dir} when there is no URL;
+    versions encrypted with C{key_provider}'s keys when there is one."""
     prepared = getattr(settings, "prepared_statements", "on") == "on"
     if settings.database_url:
-        return PostgresStateStore(settings.database_url, reactor, prepared_statements=prepared)
+        return PostgresStateStore(settings.database_url, reactor, prepared_statements=prepared,
+                                  key_provider=key_provider)
     return PostgresStateStore.embedded(EmbeddedPostgres(settings.data_dir), reactor,
-                                       prepared_statements=prepared)
+                                       prepared_statements=prepared, key_provider=key_provider)
