@@ -28,6 +28,10 @@ class Metrics:
     database_up: Gauge
     database_connections: Gauge
     in_flight: Gauge
+    versions_pruned: Counter
+    version_bytes_pruned: Counter
+    retention_last_run: Gauge
+    retention_duration: Gauge
 
     @classmethod
     def create(cls) -> Metrics:
@@ -60,4 +64,17 @@ class Metrics:
                 ["state"], registry=registry),
             in_flight=Gauge("kilolock_http_requests_in_flight",
                             "Requests being processed", registry=registry),
+            versions_pruned=Counter("kilolock_versions_pruned",
+                                    "State versions pruned by retention (tombstones left)",
+                                    registry=registry),
+            version_bytes_pruned=Counter(
+                "kilolock_version_bytes_pruned",
+                "Stored bytes of the versions retention pruned (as stored: compressed,"
+                " and encrypted when on; raw bytes in the memory store)", registry=registry),
+            retention_last_run=Gauge("kilolock_retention_last_run_timestamp_seconds",
+                                     "When the last retention pass ended (Unix time)",
+                                     registry=registry),
+            retention_duration=Gauge("kilolock_retention_last_run_duration_seconds",
+                                     "How long the last retention pass took",
+                                     registry=registry),
         )

@@ -511,3 +511,25 @@ class OidcTenant:
     document: str | None
     workspaces: tuple[Workspace, ...] = ()
     environments: tuple[Environment, ...] = ()
+
+
+# -- state at rest: retention, purges and tombstones (issue 17) ----------------
+
+#: Event kinds: versions pruned by retention, one version purged, a
+#: retention override set or removed.
+VERSIONS_PRUNE = "versions_prune"
+VERSION_PURGE = "version_purge"
+RETENTION_SET = "retention_set"
+RETENTION_CLEAR = "retention_clear"
+
+
+@frozen
+class PruneOutcome:
+    """What pruning one state did: the numbers of the versions that are now
+    tombstones, oldest first, and the stored bytes that went with them (the
+    payloads as stored: compressed, and encrypted on PostgreSQL; raw bytes
+    in memory)."""
+
+    key: StateKey
+    pruned: tuple[int, ...] = ()
+    bytes_freed: int = 0

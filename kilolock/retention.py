@@ -36,9 +36,9 @@ from kilolock.errors import InvalidField, VersionPruned
 from kilolock.model import rfc3339
 
 __all__ = [
+    "KEEP_EVERYTHING",
     "MAX_DAYS",
     "MAX_VERSIONS",
-    "KEEP_EVERYTHING",
     "Effective",
     "RetentionPolicy",
     "RetentionSetting",

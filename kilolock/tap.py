@@ -23,9 +23,13 @@ from twisted.logger import Logger
 from twisted.python import usage
 from zope.interface import implementer
 
-from kilolock.atrest.errors import KeyFileError
-from kilolock.atrest.keyfile import load_key_file
-from kilolock.atrest.keyring import LocalKeyProvider
+from kilolock.at_rest_settings import (
+    DEFAULT_RETENTION_INTERVAL,
+    check_key_file,
+    key_provider,
+    retention_limit,
+    retention_service,
+)
 from kilolock.auth import (
     AUTH_MODES,
     DatabaseTokenChecker,
@@ -62,8 +66,6 @@ DEFAULT_SHUTDOWN_GRACE = 30.0
 MIN_CONTROL_TOKEN_LENGTH = 16
 #: Seconds closing connections may take once no request is in flight.
 CLOSE_GRACE = 5.0
-#: Seconds between two pruning passes.
-DEFAULT_RETENTION_INTERVAL = 600.0
 
 
 @frozen
@@ -157,9 +159,9 @@ class Settings:
                 "oidc-lock-grace", "KL_OIDC_LOCK_GRACE", DEFAULT_GRACE)),
             testing_oidc_clock_file=environ.get("KL_TESTING_OIDC_CLOCK_FILE") or None,
             encryption_keys=pick("encryption-keys", "KL_ENCRYPTION_KEYS", None),
-            retention_versions=_limit("KL_RETENTION_VERSIONS", pick(
+            retention_versions=retention_limit("KL_RETENTION_VERSIONS", pick(
                 "retention-versions", "KL_RETENTION_VERSIONS", None), MAX_VERSIONS),
-            retention_days=_limit("KL_RETENTION_DAYS", pick(
+            retention_days=retention_limit("KL_RETENTION_DAYS", pick(
                 "retention-days", "KL_RETENTION_DAYS", None), MAX_DAYS),
             retention_interval=_number(float, "KL_RETENTION_INTERVAL", pick(
                 "retention-interval", "KL_RETENTION_INTERVAL", DEFAULT_RETENTION_INTERVAL)),
@@ -194,11 +196,7 @@ class Settings:
             raise usage.UsageError("KL_UI_SESSION_SECONDS must be a positive number of seconds")
         if self.retention_interval <= 0:
             raise usage.UsageError("KL_RETENTION_INTERVAL must be a positive number of seconds")
-        if self.encryption_keys is not None:
-            try:
-                load_key_file(self.encryption_keys)
-            except KeyFileError as error:
-                raise usage.UsageError(f"--encryption-keys: {error}") from None
+        check_key_file(self.encryption_keys)
         if self.log_format not in LOG_FORMATS:
             raise usage.UsageError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
         try:
@@ -285,18 +283,6 @@ class Options(usage.Options):
         ["oidc-config", None, None,
          "TOML (or .json) file of trusted OIDC issuers and rules for CI tokens (static auth"
          " mode; see docs/ci-identity.md) [KL_OIDC_CONFIG]"],
-        ["encryption-keys", None, None,
-         "TOML key file of key-encryption keys (one active): stored versions are encrypted"
-         " (PostgreSQL store; see docs/at-rest.md) [KL_ENCRYPTION_KEYS, default: not"
-         " encrypted]"],
-        ["retention-versions", None, None,
-         "keep the newest N versions of each state (older ones are pruned unless"
-         " --retention-days keeps them) [KL_RETENTION_VERSIONS, default: no limit]"],
-        ["retention-days", None, None,
-         "keep every version younger than D days [KL_RETENTION_DAYS, default: no limit]"],
-        ["retention-interval", None, None,
-         "seconds between two pruning passes"
-         f" [KL_RETENTION_INTERVAL, default {DEFAULT_RETENTION_INTERVAL:g}]"],
         ["oidc-lock-grace", None, None,
          "seconds after its expiry a CI token may still write and unlock the lock it took,"
          f" 0 to {MAX_GRACE:.0f} [KL_OIDC_LOCK_GRACE, default {DEFAULT_GRACE:.0f}]"],
@@ -321,17 +307,6 @@ class Options(usage.Options):
             self.parent["logger"] = "kilolock.logs.json_log_observer"
 
 
-def _limit(name: str, value: Any, maximum: int) -> int | None:
-    """A retention limit: absent, C{off} or C{none} is no limit; else a whole
-    number from 1 to C{maximum}."""
-    if value is None or str(value).strip().lower() in ("off", "none"):
-        return None
-    number = _number(int, name, value)
-    if not 1 <= number <= maximum:
-        raise usage.UsageError(f"{name} must be a whole number from 1 to {maximum}, or off")
-    return int(number)
-
-
 def _number(kind: type[Any], name: str, value: Any) -> Any:
     try:
         return kind(value)
@@ -340,10 +315,12 @@ def _number(kind: type[Any], name: str, value: Any) -> Any:
 
 
 class StoreService(Service):
-    """Starts the store with the application and stops it last."""
+    """Starts the store with the application and stops it last; C{background}
+    (work on the store: pruning) starts after it and stops before it."""
 
-    def __init__(self, store: IStateStore) -> None:
+    def __init__(self, store: IStateStore, background: IService | None = None) -> None:
         self.store = store
+        self.background = background
         self.started: Deferred[None] | None = None
 
     def startService(self) -> None:
@@ -352,28 +329,24 @@ class StoreService(Service):
         self.started.addErrback(
             lambda failure: log.error("the state store failed to start: {kind}",
                                       kind=failure.type.__name__ if failure.type else "?"))
+        if self.background is not None:
+            self.background.startService()
 
     def stopService(self) -> Deferred[None]:
         super().stopService()
-        return self.store.stop()
+        stopping: Deferred[Any] = maybeDeferred(
+            lambda: None if self.background is None else self.background.stopService())
+        return stopping.addCallback(lambda _: self.store.stop())
 
 
 def build_store(settings: Settings, reactor: Any) -> IStateStore:
     """The store of C{settings}; the PostgreSQL store encrypts versions with
     the key file's keys when there is one (the memory store does not)."""
+    provider = key_provider(settings.store, settings.encryption_keys)
     if settings.store == "memory":
-        if settings.encryption_keys is not None:
-            log.info("the memory store keeps versions in memory, unencrypted:"
-                     " --encryption-keys applies to the PostgreSQL store")
         return MemoryStateStore()
     from kilolock.store.postgres.store import postgres_store_from_settings
 
-    provider = None
-    if settings.encryption_keys is not None:
-        provider = LocalKeyProvider(load_key_file(settings.encryption_keys))
-    else:
-        log.info("stored versions are not encrypted (no --encryption-keys; see"
-                 " docs/at-rest.md)")
     return postgres_store_from_settings(settings, reactor, key_provider=provider)
 
 
@@ -562,8 +535,10 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
         hosted = HostedListeners(listener, settings, store, reactor, listening)
         sites.append(hosted.control_site)
         web = hosted
-    return KilolockService(StoreService(store), web, site, settings.shutdown_grace, reactor,
-                           sites=sites, listening=listening)
+    pruning = retention_service(store, settings.retention_versions, settings.retention_days,
+                                settings.retention_interval, reactor, metrics)
+    return KilolockService(StoreService(store, pruning), web, site, settings.shutdown_grace,
+                           reactor, sites=sites, listening=listening)
 
 
 def makeService(options: Mapping[str, Any], reactor: Any = None) -> KilolockService:

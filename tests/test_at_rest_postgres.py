@@ -27,12 +27,11 @@ from at_rest_support import (
 from awaiting import failure_of
 from log_events import logged
 
-from kilolock.store.postgres.runner import KEYS_REFUSED
-
 from kilolock.atrest.errors import AuthenticationFailed, StoredVersionUnreadable
 from kilolock.errors import EncryptionKeysRefused
 from kilolock.model import DEFAULT_TENANT, Principal, StateKey
 from kilolock.store.postgres import large
+from kilolock.store.postgres.runner import KEYS_REFUSED
 from kilolock.store.postgres.store import PostgresStateStore
 
 if sys.version_info >= (3, 14):
@@ -142,7 +141,8 @@ async def test_swapped_ciphertexts_fail_authentication(store: Any, postgres_dsn:
                    JOIN states s ON s.id = v.state_id WHERE s.path = 'secrets'),
              b AS (SELECT v.id, v.payload, v.data_key FROM state_versions v
                    JOIN states s ON s.id = v.state_id WHERE s.path = 'other')
-        UPDATE state_versions v SET payload = CASE WHEN v.id = a.id THEN b.payload ELSE a.payload END,
+        UPDATE state_versions v
+           SET payload = CASE WHEN v.id = a.id THEN b.payload ELSE a.payload END,
                data_key = CASE WHEN v.id = a.id THEN b.data_key ELSE a.data_key END
         FROM a, b WHERE v.id IN (a.id, b.id)""")
     for key in (KEY, OTHER):

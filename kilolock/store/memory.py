@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from attrs import define, evolve, field
-from twisted.internet.defer import Deferred, maybeDeferred, succeed
+from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
 from twisted.python.components import proxyForInterface
 from zope.interface import implementer
 
@@ -55,18 +55,24 @@ from kilolock.model import (
     utcnow,
 )
 from kilolock.resource_query import check_query, row_matches, state_matches
+from kilolock.retention import pruned_error
+from kilolock.retention_interfaces import IRetentionStore
 from kilolock.state_listing import check_listing, listed, sort_and_page, writer_of
 from kilolock.state_rules import Replay, holder_of
 from kilolock.store.memory_oidc import MemoryOidcPolicies
+from kilolock.store.memory_retention import MemoryRetention
 from kilolock.store.memory_tenants import MemoryTenants
 from kilolock.store.memory_tfe import MemoryTFE
 from kilolock.tfe.interfaces import ITFEStore
 
 
 @define
-class _StoredVersion:
+class StoredVersion:
+    """One version: its metadata, its bytes (None once only its tombstone
+    is left) and, while it is current, its projection."""
+
     meta: StateVersion
-    raw: bytes
+    raw: bytes | None
     projection: Projection | None
 
 
@@ -76,26 +82,29 @@ class StoredState:
 
     created_at: datetime
     updated_at: datetime
-    versions: list[_StoredVersion] = field(factory=list)
+    versions: list[StoredVersion] = field(factory=list)
     lock: HeldLock | None = None
     #: (serial, sha256) of every version: how an identical replay is found.
     written: dict[tuple[int, str], StateVersion] = field(factory=dict)
 
     @property
-    def current(self) -> _StoredVersion | None:
+    def current(self) -> StoredVersion | None:
         return self.versions[-1] if self.versions else None
 
 
-@implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore)
+@implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore,
+             IRetentionStore)
 @define
 class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
-                       proxyForInterface(ITFEStore, "tfe")):  # type: ignore[misc]
+                       proxyForInterface(ITFEStore, "tfe"),  # type: ignore[misc]
+                       proxyForInterface(IRetentionStore, "retention")):  # type: ignore[misc]
     """Every state, version, lock and event of every tenant, in dicts.
 
-    L{ITenantStore} is forwarded to L{tenants} and L{ITFEStore} to L{tfe}
-    (Twisted's C{proxyForInterface}: mypy cannot follow a base class made
-    at run time), which share the states and the audit chain;
-    L{IOidcPolicyStore} to L{oidc_policies}.
+    L{ITenantStore} is forwarded to L{tenants}, L{ITFEStore} to L{tfe} and
+    L{IRetentionStore} to L{retention} (Twisted's C{proxyForInterface}: mypy
+    cannot follow a base class made at run time), which share the states
+    and the audit chain; L{IOidcPolicyStore} to L{oidc_policies}.  Versions
+    are kept as raw bytes, unencrypted.
     """
 
     clock: Callable[[], datetime] = utcnow
@@ -105,6 +114,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
     tenants: MemoryTenants = field(init=False)
     oidc_policies: MemoryOidcPolicies = field(init=False)
     tfe: MemoryTFE = field(init=False)
+    retention: MemoryRetention = field(init=False)
 
     @tenants.default
     def _tenants_sharing_this_store(self) -> MemoryTenants:
@@ -113,9 +123,15 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
     @oidc_policies.default
     def _policies_of_the_tenants(self) -> MemoryOidcPolicies:
         return MemoryOidcPolicies(self.tenants, self._append_event, self.clock)
+
     @tfe.default
     def _tfe_sharing_this_store(self) -> MemoryTFE:
         return MemoryTFE(self._states, self._append_event, self.clock)
+
+    @retention.default
+    def _retention_sharing_this_store(self) -> MemoryRetention:
+        return MemoryRetention(self._states, self._append_event, self.clock,
+                               self.tfe.held_versions)
 
     def start(self) -> Deferred[None]:
         return succeed(None)
@@ -134,6 +150,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
         self.tenants.forget()
         self.oidc_policies.forget()
         self.tfe.forget()
+        self.retention.forget()
 
     # -- the state lane -------------------------------------------------
 
@@ -168,7 +185,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
                 # the older one (thousands of row objects per state would
                 # otherwise make every full garbage collection slower).
                 current.projection = None
-            state.versions.append(_StoredVersion(meta, upload.raw, upload.parsed.projection))
+            state.versions.append(StoredVersion(meta, upload.raw, upload.parsed.projection))
             state.written[(meta.serial, meta.sha256)] = meta
             state.updated_at = now
             self._append_event(key.tenant, event_kind, principal.name, key.path, now,
@@ -288,6 +305,9 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
         state = self._states.get(key)
         for stored in state.versions if state else ():
             if stored.meta.number == number:
+                if stored.raw is None:
+                    meta = stored.meta
+                    return fail(pruned_error(number, meta.pruned_at, meta.prune_reason))
                 return succeed(stored.raw)
         return succeed(None)
 

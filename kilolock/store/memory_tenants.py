@@ -58,7 +58,8 @@ class AppendEvent(Protocol):
     """Appends an event to a tenant's audit chain (the store's chain)."""
 
     def __call__(self, tenant: str, kind: str, principal: str, state_path: str | None,
-                 at: datetime, *, detail: dict[str, Any] | None = None) -> AuditEvent: ...
+                 at: datetime, *, serial: int | None = None, sha256: str | None = None,
+                 detail: dict[str, Any] | None = None) -> AuditEvent: ...
 
 
 @implementer(ITenantStore)

@@ -64,6 +64,13 @@ class MemoryTFE:
         for table in (self._workspaces, self._by_key, self._pending):
             table.clear()
 
+    def held_versions(self, key: StateKey, now: datetime) -> set[int]:
+        """The versions of C{key} that pending versions not expired at
+        C{now} refer to (retention keeps them)."""
+        return {pending.version for pending in self._pending.values()
+                if pending.key == key and pending.version is not None
+                and pending.expires_at > now}
+
     # -- workspaces -------------------------------------------------------
 
     def tfe_find_workspace(self, key: StateKey,

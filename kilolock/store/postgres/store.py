@@ -7,7 +7,9 @@ The store is a composition, each part made with what it needs:
   - L{PostgresEvents} (the audit chain's calls),
   - L{PostgresTenants} (hosted mode), to which L{ITenantStore} is forwarded
     whole;
-  - L{PostgresTFE} (the TFE lane), to which L{ITFEStore} is forwarded whole.
+  - L{PostgresTFE} (the TFE lane), to which L{ITFEStore} is forwarded whole;
+  - L{PostgresRetention} (retention, purges, holds), to which
+    L{IRetentionStore} is forwarded whole.
 
 Below this module, every public method is one transaction run by the
 runner; nothing blocks the reactor thread; nothing logs state bytes, query
@@ -58,6 +60,7 @@ from kilolock.model import (
     WriteOutcome,
     utcnow,
 )
+from kilolock.retention_interfaces import IRetentionStore
 from kilolock.store.embedded import EmbeddedPostgres
 from kilolock.store.postgres.dashboard import PostgresDashboard
 from kilolock.store.postgres.dsn import CONNECT_TIMEOUT, STATEMENT_TIMEOUT
@@ -66,7 +69,9 @@ from kilolock.store.postgres.keys import check_keys_txn
 from kilolock.store.postgres.large import LARGE_UPLOAD_BYTES
 from kilolock.store.postgres.oidc_policies import PostgresOidcPolicies
 from kilolock.store.postgres.payloads import SnapshotCache
+from kilolock.store.postgres.purge import PostgresPurge
 from kilolock.store.postgres.reads import PostgresReads
+from kilolock.store.postgres.retention import PostgresRetention
 from kilolock.store.postgres.runner import (
     DEFAULT_POOL_SIZE,
     OPERATION_TIMEOUT,
@@ -83,9 +88,10 @@ __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
 
 
 @implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore,
-             IHealthCheck)
+             IRetentionStore, IHealthCheck)
 class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
-                         proxyForInterface(ITFEStore, "tfe")):  # type: ignore[misc]
+                         proxyForInterface(ITFEStore, "tfe"),  # type: ignore[misc]
+                         proxyForInterface(IRetentionStore, "retention")):  # type: ignore[misc]
     """States, versions, locks, projection rows, audit events and tenants in
     PostgreSQL.  L{ITenantStore} is forwarded whole to L{tenants} (Twisted's
     C{proxyForInterface}: mypy cannot follow a base class made at run time);
@@ -101,6 +107,8 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
     @ivar tenants: the L{PostgresTenants}.
     @ivar oidc_policies: the L{PostgresOidcPolicies} (L{IOidcPolicyStore}).
     @ivar tfe: the L{PostgresTFE}.
+    @ivar retention: the L{PostgresRetention} (L{IRetentionStore}: retention,
+        purges, version holds).
     """
 
     def __init__(self, database_url: str | None, reactor: Any, *,
@@ -130,6 +138,8 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
         self.tenants = PostgresTenants(self.runner, clock)
         self.oidc_policies = PostgresOidcPolicies(self.runner, clock)
         self.tfe = PostgresTFE(self.runner, clock)
+        self.retention = PostgresRetention(
+            self.runner, clock, PostgresPurge(self.runner, clock, self.codec, self.snapshots))
 
     @classmethod
     def embedded(cls, server: EmbeddedPostgres, reactor: Any,
