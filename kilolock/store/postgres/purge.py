@@ -128,8 +128,8 @@ class PostgresPurge:
         """Re-encode the deltas made against C{purged}: the first as a full
         snapshot, the others against it.  @return: their numbers."""
         await cursor.execute(DEPENDANTS, params)
-        dependants = [(payloads.columns_of(values[:7]), int(values[7]))
-                      for values in cursor.fetchall()]
+        dependants = [(payloads.columns_of((*values[:1], bytes_from_hex(values[1]), *values[2:7])),
+                       int(values[7])) for values in cursor.fetchall()]
         if not dependants:
             return []
         base_row = StoredRow(purged.stored(), payloads.identity_of(key, purged))
