@@ -42,7 +42,7 @@ STATES_PER_PAGE = 100
 VERSIONS_PER_STATE = 500
 
 #: What is logged when a pass fails.
-PASS_FAILED = "a retention pass failed; the next one starts in {interval} s"
+PRUNING_FAILED = "a retention pass failed; the next one starts in {interval} s"
 
 
 @frozen
@@ -140,7 +140,7 @@ class RetentionService(Service):
                     break
                 after = page[-1]
         except Exception:
-            log.failure(PASS_FAILED, interval=self.interval)
+            log.failure(PRUNING_FAILED, interval=self.interval)
         return PassReport(states, versions, freed)
 
     def _count(self, versions: int, freed: int) -> None:

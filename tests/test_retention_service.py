@@ -20,7 +20,7 @@ from kilolock.metrics import Metrics
 from kilolock.model import DEFAULT_TENANT, Principal, StateKey
 from kilolock.retention import RetentionPolicy
 from kilolock.retention_interfaces import IRetentionStore
-from kilolock.retention_service import PASS_FAILED, STATES_PER_PAGE, RetentionService
+from kilolock.retention_service import PRUNING_FAILED, STATES_PER_PAGE, RetentionService
 from kilolock.store.memory import MemoryStateStore
 from kilolock.tap import Settings, make_service_from_settings
 
@@ -128,7 +128,7 @@ def test_a_failing_pass_is_logged_and_the_next_runs() -> None:
     service = RetentionService(Flaky(store), RetentionPolicy(versions=1), times.reactor, 10.0,
                                metrics)
     service.startService()
-    with logged(PASS_FAILED) as events:
+    with logged(PRUNING_FAILED) as events:
         times.advance(10)
     assert len(events) == 1
     assert sample(metrics, "kilolock_versions_pruned_total") == 0
