@@ -27,11 +27,13 @@ TOKEN_ID_PREFIX = "tok_"  # noqa: S105 - a prefix, not a secret
 SECRET_PREFIX = "kl_"  # noqa: S105 - a prefix, not a secret
 
 #: Token scopes: C{write} may do everything on the state lane, C{read} only
-#: GET, C{outputs} only read TFE workspaces and their non-sensitive outputs.
+#: GET, C{outputs} only read TFE workspaces and their non-sensitive outputs;
+#: C{admin} what C{write} may, and purge versions and set retention too.
 WRITE_SCOPE = "write"
 READ_SCOPE = "read"
 OUTPUTS_SCOPE = "outputs"
-SCOPES = (WRITE_SCOPE, READ_SCOPE, OUTPUTS_SCOPE)
+ADMIN_SCOPE = "admin"
+SCOPES = (WRITE_SCOPE, READ_SCOPE, OUTPUTS_SCOPE, ADMIN_SCOPE)
 
 #: The name of the workspace and the environment every tenant starts with
 #: (and of the environment every new workspace starts with).

@@ -80,7 +80,17 @@ class Principal:
 
     @property
     def can_write(self) -> bool:
-        return self.scope == "write"
+        return self.scope in ("write", "admin")
+
+    @property
+    def is_admin(self) -> bool:
+        """A tenant admin: may also purge versions and set retention.  A
+        hosted token of scope C{admin}, or the caller of the open and static
+        auth modes (no workspace, no CI token: the one secret of the server,
+        or no secret at all); never a CI job's token."""
+        if self.oidc is not None:
+            return False
+        return self.scope == "admin" or (self.workspace_id is None and self.scope == "write")
 
     @property
     def oidc_token_digest(self) -> str | None:
@@ -406,7 +416,7 @@ class ApiToken:
     name: str
     workspace_id: str
     env_public_id: str
-    scope: str  # "write" | "read"
+    scope: str  # "write" | "read" | "outputs" | "admin"
     created_at: datetime
     last_used_at: datetime | None = None
     revoked_at: datetime | None = None

@@ -40,7 +40,7 @@ from kilolock.hosted import OUTPUTS_SCOPE
 from kilolock.model import Principal, StateKey
 from kilolock.oidc.policy import Access
 
-__all__ = ["check_caller", "in_scope", "scope_prefix", "state_key"]
+__all__ = ["check_admin", "check_caller", "in_scope", "scope_prefix", "state_key"]
 
 
 def _check_username(principal: Principal) -> None:
@@ -122,3 +122,21 @@ def in_scope(principal: Principal, path: str | None) -> bool:
         return path is not None and principal.oidc.allows(path, Access.READ)
     prefix = scope_prefix(principal)
     return prefix is None or (path is not None and path.startswith(prefix))
+
+
+def check_admin(principal: Principal, tenant_wide: bool = False) -> None:
+    """Purging a version and setting retention are for tenant admins
+    (L{Principal.is_admin}); the tenant's own default (C{tenant_wide}) is
+    not for a token scoped to one workspace/environment.
+
+    @raise Forbidden: C{not_admin}, or C{wrong_environment} for a scoped
+        token's tenant-wide change.
+    """
+    if not principal.is_admin:
+        raise Forbidden("purging versions and setting retention need a tenant admin: a token"
+                        " of scope admin (the static token, in the static auth mode)",
+                        reason="not_admin")
+    if tenant_wide and principal.workspace_id is not None:
+        raise Forbidden("a token scoped to one workspace/environment sets retention per state;"
+                        " the tenant's default is set on the control API",
+                        reason="wrong_environment")

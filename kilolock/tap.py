@@ -42,7 +42,7 @@ from kilolock.metrics import Metrics
 from kilolock.oidc.grace import DEFAULT_GRACE, MAX_GRACE
 from kilolock.oidc_auth import oidc_checker
 from kilolock.oidc_settings import check_oidc_settings, oidc_policy_source
-from kilolock.retention import MAX_DAYS, MAX_VERSIONS
+from kilolock.retention import MAX_DAYS, MAX_VERSIONS, RetentionPolicy
 from kilolock.store.memory import MemoryStateStore
 from kilolock.tls import check_client_ca, mtls_service
 from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
@@ -465,7 +465,8 @@ class HostedListeners(MultiService):
         self.settings = settings
         self.state = state
         self.state_listening = state_listening
-        api = ControlAPI(store, settings.control_token, reactor, self.public_url)
+        api = ControlAPI(store, settings.control_token, reactor, self.public_url,
+                         RetentionPolicy(settings.retention_versions, settings.retention_days))
         self.control_site = ControlSite(
             build_control_root(api), max_body_bytes=MAX_CONTROL_BODY_BYTES,
             request_timeout=settings.request_timeout,
@@ -517,7 +518,9 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
                    ui=None if settings.ui == "off" else UiOptions(
                        static_token=settings.auth_token,
                        session_seconds=settings.ui_session_seconds),
-                   public_url=settings.public_url),
+                   public_url=settings.public_url,
+                   retention=RetentionPolicy(settings.retention_versions,
+                                             settings.retention_days)),
         max_body_bytes=settings.max_body_bytes,
         request_timeout=settings.request_timeout,
         trusted_proxies=parse_networks(settings.trusted_proxies),

@@ -25,6 +25,7 @@ from kilolock.auth import authenticate
 from kilolock.interfaces import IStateStore
 from kilolock.metrics import Metrics
 from kilolock.model import Principal, StateKey, WriteOutcome
+from kilolock.retention import KEEP_EVERYTHING, RetentionPolicy
 from kilolock.scope import check_caller, state_key
 from kilolock.tls import with_client_certificate
 from kilolock.web.context import context_of
@@ -45,12 +46,16 @@ class Finishing:
 class StateLane:
     """The collaborators of the state resources.  C{reactor} runs the work
     on large bodies in its thread pool (None: inline, for in-memory tests);
-    C{metrics} is where lock and write counters go (None: nowhere)."""
+    C{metrics} is where lock and write counters go (None: nowhere);
+    C{retention} is the server's retention policy."""
 
     store: IStateStore
     portal: Portal
     reactor: Any
     metrics: Metrics | None = None
+    #: The server's retention policy (what a state without an override of
+    #: its own or its tenant's keeps).
+    retention: RetentionPolicy = KEEP_EVERYTHING
 
     async def authorize(self, request: Request, write: bool = False,
                         outputs: bool = False) -> Principal:

@@ -11,6 +11,7 @@ from twisted.web.server import Site
 
 from kilolock.interfaces import IStateStore
 from kilolock.metrics import Metrics
+from kilolock.retention import KEEP_EVERYTHING, RetentionPolicy
 from kilolock.web._base import Directory
 from kilolock.web.discovery import DiscoveryResource
 from kilolock.web.forwarded import Network
@@ -28,7 +29,8 @@ from kilolock.web.ui.tree import RootDirectory, UiOptions, build_dashboard
 
 def build_root(store: IStateStore, portal: Portal, reactor: Any,
                metrics: Metrics | None = None, auth_mode: str = "open",
-               ui: UiOptions | None = None, public_url: str | None = None) -> Resource:
+               ui: UiOptions | None = None, public_url: str | None = None,
+               retention: RetentionPolicy = KEEP_EVERYTHING) -> Resource:
     """The state listener's tree: C{/v1/states/...} and C{/v1/state-unlock/...}
     (L{kilolock.web.states}), C{/v1/native/...} (L{kilolock.web.native}),
     C{/api/v2/...} (the TFE lane, L{kilolock.web.tfe}; its URLs based on
@@ -36,8 +38,10 @@ def build_root(store: IStateStore, portal: Portal, reactor: Any,
     C{/metrics} (with C{metrics}), C{/.well-known/kilolock} and
     C{/.well-known/terraform.json}; with C{ui}, the dashboard at C{/ui/}
     (L{kilolock.web.ui}), where a browser's C{GET /} goes; anything else a
-    JSON 404."""
-    lane = StateLane(store=store, portal=portal, reactor=reactor, metrics=metrics)
+    JSON 404.  C{retention} is the server's retention policy (what the
+    native API shows as a state's policy when nothing overrides it)."""
+    lane = StateLane(store=store, portal=portal, reactor=reactor, metrics=metrics,
+                     retention=retention)
     root = Directory() if ui is None else RootDirectory()
     if ui is not None:
         root.putChild(b"ui", build_dashboard(lane, auth_mode, ui))

@@ -32,6 +32,10 @@ field of a body or query names it (C{"field"}).  HEAD is not answered.
           {"name", "environment", "workspace"?, "tags"?}
   GET     /v1/api/tenants/{tenant}/events[?state=&kind=&since=&until=]
   GET     /v1/api/tenants/{tenant}/events/verify
+  GET     /v1/api/tenants/{tenant}/retention[?state=PATH]
+  PUT     /v1/api/tenants/{tenant}/retention[?state=PATH]   {"versions", "days"}
+  DELETE  /v1/api/tenants/{tenant}/retention[?state=PATH]
+  POST    /v1/api/tenants/{tenant}/version-purges     {"state", "version", "reason"}
 
 C{{tenant}} is a live tenant's slug or any tenant's id (C{tn_...}: deleted
 tenants stay readable, their audit trail above all); C{{ws}} and C{{env}} are
@@ -40,8 +44,8 @@ L{kilolock.web.paths} (a bad one is a 400 wherever it stands).
 
 The modules: L{tree} (the listener's tree and its token gate), L{api} (what
 every resource works with), L{tenants}, L{workspaces} and L{tokens} (the
-resources), L{oidc} (the tenant's CI-token policy), L{documents} (the JSON
-they answer).
+resources), L{oidc} (the tenant's CI-token policy), L{retention}
+(retention policies and purges), L{documents} (the JSON they answer).
 """
 
 #: The route template every control request no resource answered is counted as.

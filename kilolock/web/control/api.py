@@ -15,6 +15,7 @@ from twisted.web.server import Request
 
 from kilolock.errors import InvalidField, NotFound, TenantNotFound, WorkspaceNotFound
 from kilolock.model import DEFAULT_TENANT, Principal, Tenant, Workspace
+from kilolock.retention import KEEP_EVERYTHING, RetentionPolicy
 from kilolock.web._base import AsyncResource, Branch, named_child
 from kilolock.web.body import read_body
 from kilolock.web.control import API_ROUTE, MAX_CONTROL_BODY_BYTES
@@ -34,14 +35,18 @@ def no_control_route() -> Resource:
 
 class ControlAPI:
     """The collaborators of the control API.  C{store} provides
-    L{ITenantStore} and L{IStateStore}; C{public_url} gives the base URL of
-    the state lane for backend blocks."""
+    L{ITenantStore}, L{IStateStore} and L{IRetentionStore}; C{public_url}
+    gives the base URL of the state lane for backend blocks; C{retention}
+    is the server's retention policy."""
 
     def __init__(self, store: Any, control_token: str, reactor: Any,
-                 public_url: Callable[[Request], str]) -> None:
+                 public_url: Callable[[Request], str],
+                 retention: RetentionPolicy = KEEP_EVERYTHING) -> None:
         if not control_token:
             raise ValueError("the control API needs KL_CONTROL_TOKEN")
         self.store = store
+        #: The server's retention policy.
+        self.retention = retention
         self._token = control_token.encode()
         self.reactor = reactor
         self.public_url = public_url

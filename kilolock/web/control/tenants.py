@@ -10,6 +10,8 @@ audit trail.
       terraform-workspaces             L{kilolock.web.control.terraform_workspaces}
       events                           L{TenantEventsResource}
         verify                         L{TenantChainResource}
+      retention                        L{kilolock.web.control.retention}
+      version-purges                   L{kilolock.web.control.retention}
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from kilolock.web.control.api import (
 )
 from kilolock.web.control.documents import tenant_document, workspace_document
 from kilolock.web.control.oidc import OidcPolicyResource
+from kilolock.web.control.retention import RetentionControl, VersionPurgesResource
 from kilolock.web.control.terraform_workspaces import TerraformWorkspacesResource
 from kilolock.web.control.tokens import TokensResource
 from kilolock.web.control.workspaces import WorkspacesResource
@@ -83,6 +86,8 @@ class TenantResource(ControlResource):
         self.putChild(b"oidc-policy", OidcPolicyResource(api, tenant))
         self.putChild(b"terraform-workspaces", TerraformWorkspacesResource(api, tenant))
         self.putChild(b"events", TenantEventsResource(api, tenant))
+        self.putChild(b"retention", RetentionControl(api, tenant))
+        self.putChild(b"version-purges", VersionPurgesResource(api, tenant))
 
     @render_async
     async def render_GET(self, request: Request) -> Response:

@@ -56,7 +56,7 @@ class TokensResource(ControlResource):
         }
         if token.scope != hosted.OUTPUTS_SCOPE:  # outputs-only tokens read no state
             document["remote_state_block"] = hosted.remote_state_block(*where)
-        if token.scope == hosted.WRITE_SCOPE:
+        if token.scope in (hosted.WRITE_SCOPE, hosted.ADMIN_SCOPE):
             document["backend_block"] = hosted.backend_block(*where)
         return json_response(document, 201)
 

@@ -19,6 +19,9 @@ ever needs encoding and no route is ambiguous:
   GET   /v1/native/states/{state}/-/lock             the lock, with its age
   GET   /v1/native/states/{state}/-/events           the state's audit events
   POST  /v1/native/states/{state}/-/rollback[?ID=]   restore a version ({"version": n})
+  POST  /v1/native/states/{state}/-/versions/{n}/purge   delete its bytes ({"reason": "..."})
+  GET PUT DELETE /v1/native/states/{state}/-/retention  the state's retention policy
+  GET PUT DELETE /v1/native/retention                   the tenant's retention policy
   GET   /v1/native/resources?type=&address=&module=&attribute=&state=&limit=
   GET   /v1/native/events?state=&kind=&since=&until=&after=&limit=&last=
   GET   /v1/native/events/verify                     the tenant's hash chain, checked
@@ -31,6 +34,7 @@ bytes as for a name nobody uses.
 The modules: L{tree} (the root and the list of states), L{state} (one state
 and what follows its C{-}), L{history} (versions, diff, outputs, rollback),
 L{search} (resources from the projection), L{events} (the audit trail),
+L{retention} (retention policies and purges),
 L{resource} (what their resources share), L{documents} and L{parameters}
 (the JSON they answer, the query parameters they read).
 """

@@ -13,6 +13,7 @@ from kilolock.metrics import Metrics
 from kilolock.model import AuditEvent, LockInfo, ResourceMatch, StateSummary, StateVersion, rfc3339
 from kilolock.web._base import Response, error_body
 from kilolock.web.documents import json_response, lock_document
+from kilolock.web.retention import tombstone_document
 
 
 def version_document(version: StateVersion, current: bool | None = None) -> dict[str, Any]:
@@ -25,6 +26,8 @@ def version_document(version: StateVersion, current: bool | None = None) -> dict
         "createdAt": rfc3339(version.created_at),
         "principal": version.principal,
         "projected": version.projected,
+        # A tombstone: when and why its bytes went (pruned or purged).
+        "pruned": tombstone_document(version),
     }
     if current is not None:
         document["current"] = current

@@ -21,6 +21,7 @@ from kilolock.web.native import BASE_PATH
 from kilolock.web.native.documents import event_detail, locked_response, version_document
 from kilolock.web.native.parameters import number_arg
 from kilolock.web.native.resource import StateSubresource, no_route
+from kilolock.web.native.retention import PurgeResource
 from kilolock.web.query import query_id
 
 
@@ -68,6 +69,11 @@ class VersionResource(StateSubresource):
         super().__init__(lane, segments)
         self.number = number
 
+    def child(self, segment: str) -> Resource:
+        if segment == "purge":
+            return PurgeResource(self.lane, self.segments, self.number)
+        return no_route()
+
     @render_async
     async def render_GET(self, request: Request) -> Response:
         _, key = await self.key(request)
@@ -91,8 +97,9 @@ class DiffResource(StateSubresource):
         by_number = {version.number: version for version in versions}
         to = number_arg(request, "to") or versions[-1].number
         since = number_arg(request, "from")
-        if since is None:
-            since = max((n for n in by_number if n < to), default=to)
+        if since is None:  # the version before, tombstones skipped
+            since = max((n for n, version in by_number.items()
+                         if n < to and not version.pruned), default=to)
         for number in (since, to):
             if number not in by_number:
                 raise VersionNotFound(f"the state has no version {number}")

@@ -23,8 +23,8 @@ from kilolock.web.lane import StateLane
 
 NO_ROUTE = ("no such route: a state is /v1/native/states/{name} or"
             " /v1/native/states/{workspace_id}/{env_public_id}/{state_name}, followed by"
-            " /-/versions, /-/versions/{n}, /-/diff, /-/outputs, /-/resources, /-/lock,"
-            " /-/events or /-/rollback")
+            " /-/versions, /-/versions/{n}, /-/versions/{n}/purge, /-/diff, /-/outputs,"
+            " /-/resources, /-/lock, /-/events, /-/rollback or /-/retention")
 
 
 def no_route() -> Resource:

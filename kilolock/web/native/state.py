@@ -33,6 +33,7 @@ from kilolock.web.native.history import (
     VersionListResource,
 )
 from kilolock.web.native.resource import NO_ROUTE, StateSubresource, no_route
+from kilolock.web.native.retention import StateRetentionResource
 from kilolock.web.native.search import StateResourcesResource
 
 
@@ -69,6 +70,7 @@ SUBRESOURCES: dict[str, type[StateSubresource]] = {
     "lock": LockStatusResource,
     "events": StateEventsResource,
     "rollback": RollbackResource,
+    "retention": StateRetentionResource,
 }
 
 

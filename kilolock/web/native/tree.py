@@ -5,6 +5,7 @@
     resources                 L{ResourceSearchResource}
     events                    L{EventListResource}
       verify                  L{EventVerifyResource}
+    retention                 L{TenantRetentionResource}
 
 Each list answers with a trailing slash too (C{/v1/native/states/}).
 """
@@ -25,6 +26,7 @@ from kilolock.web.native import BASE_PATH, LANE_NAME, LANE_VERSION
 from kilolock.web.native.documents import summary_document
 from kilolock.web.native.events import EventListResource
 from kilolock.web.native.resource import Collection
+from kilolock.web.native.retention import TenantRetentionResource
 from kilolock.web.native.search import ResourceSearchResource
 from kilolock.web.native.state import StateSummaryResource
 
@@ -59,6 +61,7 @@ class NativeRoot(Collection):
         self.putChild(b"states", StateListResource(lane))
         self.putChild(b"resources", ResourceSearchResource(lane))
         self.putChild(b"events", EventListResource(lane))
+        self.putChild(b"retention", TenantRetentionResource(lane))
 
     @render_async
     async def render_GET(self, request: Request) -> Response:

@@ -18,7 +18,7 @@ from typing import Any
 
 from attrs import frozen
 
-from kilolock.hosted import READ_SCOPE, WRITE_SCOPE
+from kilolock.hosted import READ_SCOPE
 from kilolock.model import Principal, StateSummary, StateVersion, rfc3339
 from kilolock.tfe.model import PendingVersion, Tag, TFEWorkspace
 from kilolock.tfe.names import output_id, version_id
@@ -62,10 +62,10 @@ class Page:
 
 def permissions(principal: Principal) -> dict[str, bool]:
     """What the caller may do with a workspace, by its scope."""
-    write = principal.scope == WRITE_SCOPE
+    write = principal.can_write
     granted = {name: write for name in _WRITE_PERMISSIONS}
     granted.update({name: False for name in _RUN_PERMISSIONS})
-    granted["can-read-state-versions"] = principal.scope in (WRITE_SCOPE, READ_SCOPE)
+    granted["can-read-state-versions"] = principal.can_write or principal.scope == READ_SCOPE
     return granted
 
 
