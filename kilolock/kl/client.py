@@ -159,7 +159,7 @@ def server_error(answer: Answer, what: str) -> KlError:
     if answer.status in (409, 423) and isinstance(lock, dict):
         message = "locked by " + describe_lock_info(lock)
         code = code or "locked"
-    if answer.status == 404:
+    if answer.status in (404, 410):  # 410: a version whose bytes were pruned or purged
         exit_code = EXIT_NOT_FOUND
     elif answer.status in (409, 423):
         exit_code = EXIT_CONFLICT

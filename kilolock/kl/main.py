@@ -19,6 +19,7 @@ from kilolock.kl.commands import (
     locks,
     oidc,
     resources,
+    retention,
     states,
     versions,
     workspaces,
@@ -35,8 +36,8 @@ from kilolock.kl.exits import EXIT_INTERRUPTED, EXIT_OK, KlError
 from kilolock.kl.output import Output
 
 #: The command modules, in the order C{kl --help} lists their commands.
-COMMAND_GROUPS = (states, history, versions, locks, resources, events, control, oidc,
-                  workspaces)
+COMMAND_GROUPS = (states, history, versions, retention, locks, resources, events, control,
+                  oidc, workspaces)
 
 
 def _common_options() -> argparse.ArgumentParser:

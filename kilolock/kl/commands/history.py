@@ -38,6 +38,9 @@ def _print_history(out: Output, document: Any, name: str) -> None:
         kind = version.get("kind", "state_write")
         what = (f"rollback to {version.get('restoredFrom')}" if kind == "state_rollback"
                 else "write")
+        pruned = version.get("pruned")
+        if pruned:  # a tombstone: its bytes are gone
+            what += f"; pruned {format_time(pruned['at'])}: {pruned['reason']}"
         rows.append([("*" if version.get("current") else " ") + str(version["number"]),
                      version["serial"], version["sha256"][:12], format_size(version["size"]),
                      version["principal"], format_time(version["createdAt"]), what])
