@@ -168,7 +168,8 @@ def error_content(message: str) -> Tag:
 #: What a page shows for each status, whatever the error said (a foreign
 #: state is exactly a missing one).
 _TITLES = {400: "Bad request", 403: "Not allowed", 404: "Not found",
-           409: "Conflict", 423: "Locked", 503: "Unavailable"}
+           409: "Conflict", 410: "Gone", 423: "Locked", 502: "Unreadable version",
+           503: "Unavailable"}
 
 
 class UiResource(AsyncResource):

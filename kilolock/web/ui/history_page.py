@@ -57,6 +57,13 @@ def writers(events: list[AuditEvent]) -> dict[tuple[int, str | None], AuditEvent
     return found
 
 
+def previous_stored(versions: list[StateVersion], number_: int) -> int | None:
+    """The newest version before C{number_} whose bytes are stored (not a
+    tombstone), or None."""
+    return max((v.number for v in versions if v.number < number_ and not v.pruned),
+               default=None)
+
+
 def counts(diff: dict[str, Any]) -> tuple[int, int, int]:
     """(+added, ~changed, \u2212removed) resources of a diff."""
     resources = diff["resources"]
@@ -94,7 +101,7 @@ class HistoryView(Element):
         return self._choices(tag, self.versions[-1].number if self.versions else 1)
 
     def _choices(self, tag: Tag, selected: int) -> Tag:
-        latest = self.versions[-MAX_CHOICES:][::-1]
+        latest = [v for v in self.versions if not v.pruned][-MAX_CHOICES:][::-1]
         return tag(options(str(selected), {str(v.number): f"{v.number} (serial {v.serial},"
                                            f" {format.when(v.created_at)})" for v in latest}))
 
@@ -113,10 +120,15 @@ class HistoryView(Element):
             links: list[Any] = [tags.a(f"Download version {version.number}",
                                        href=state_url(self.key.path,
                                                       f"versions/{version.number}"))]
-            if version.number > 1:
-                links = [tags.a(f"Diff with version {version.number - 1}", href=with_query(
+            before = previous_stored(self.versions, version.number)
+            if before is not None:
+                links = [tags.a(f"Diff with version {before}", href=with_query(
                     state_url(self.key.path, "diff"),
-                    {"from": version.number - 1, "to": version.number})), " · ", *links]
+                    {"from": before, "to": version.number})), " · ", *links]
+            if version.pruned_at is not None:  # a tombstone: no bytes to show
+                change = tags.span(f"Bytes pruned {format.when(version.pruned_at)}: "
+                                   f"{version.prune_reason}", class_="masked tombstone")
+                links = []
             items.append(tags.li(
                 tags.h2(f"Version {version.number}", class_="version"),
                 tags.p(f"serial {version.serial} · ", format.size(version.size), " · ",
@@ -156,27 +168,32 @@ class HistoryPage(StatePart):
         by_number = {version.number: version for version in versions}
         changes: dict[int, tuple[int, int, int] | None] = {}
         for version in newest:
-            before = by_number.get(version.number - 1)
+            if version.pruned:
+                continue
+            number_before = previous_stored(versions, version.number)
+            before = None if number_before is None else by_number[number_before]
             cache_key = (key.tenant, key.path, version.number, version.sha256,
                          "" if before is None else before.sha256)
             cache = self.dashboard.change_counts
             if cache_key not in cache:
                 if len(cache) >= MAX_CACHED_COUNTS:
                     cache.clear()
-                cache[cache_key] = await self.changed(key, version.number)
+                cache[cache_key] = await self.changed(key, version.number, number_before)
             changes[version.number] = cache[cache_key]
         events = await self.lane.store.list_events(key.tenant, state_path=key.path)
         view = HistoryView(key, versions, page, changes, writers(events))
         return await render_page(request, self.dashboard, viewer, f"History of {key.path}", view,
                                  section=BASE_PATH + "/")
 
-    async def changed(self, key: StateKey, number_: int) -> tuple[int, int, int] | None:
-        """What version C{number_} changed against the one before (None:
-        unreadable); the first version added everything it holds."""
+    async def changed(self, key: StateKey, number_: int,
+                      before: int | None) -> tuple[int, int, int] | None:
+        """What version C{number_} changed against version C{before} (the
+        stored one before it; None: the first, which added everything it
+        holds).  None: unreadable."""
         new = await self.lane.store.read_version(key, number_)
         if new is None:
             return None
-        old = await self.lane.store.read_version(key, number_ - 1) if number_ > 1 else None
+        old = None if before is None else await self.lane.store.read_version(key, before)
         try:
             diff = await in_thread_if_large(self.lane.reactor, len(new) + len(old or b""),
                                             diff_states, old or _EMPTY, new)
@@ -292,7 +309,8 @@ class DiffPage(StatePart):
             raise VersionNotFound("the state has no version yet")
         latest = summary.current.number
         to = number(request, "to", latest, 2**31)
-        since = number(request, "from", max(1, to - 1), 2**31)
+        before = previous_stored(await self.lane.store.list_versions(key), to)
+        since = number(request, "from", before or max(1, to - 1), 2**31)
         old = await self.lane.store.read_version(key, since)
         new = await self.lane.store.read_version(key, to)
         if old is None or new is None:
