@@ -1,0 +1,96 @@
+"""The commands of C{kilolock-migrate} beyond the schema upgrade: C{status}
+(what the version rows hold: codecs, key ids, tombstones), the row jobs of
+L{kilolock.row_migrations} (C{rotate-keys}, C{encrypt-versions},
+C{decrypt-versions}, C{compress-versions}) and C{recover}
+(L{kilolock.recover}).  Each runs on a psycopg2 connection that
+L{kilolock.migrate} opened; blocking code, for the command line only.
+Nothing printed holds a secret or a state's bytes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from kilolock.atrest.keyring import KeyRing
+from kilolock.recover import dump_lines, rows_from_database, rows_from_dump, write_versions
+from kilolock.row_migrations import JOBS, RowProgress, count_rows, run_job
+
+__all__ = ["INCOMPLETE", "OK", "recover_from_database", "recover_from_dump", "row_job", "status"]
+
+OK = 0
+#: Rows were left to do or could not be read (the job's report says which).
+INCOMPLETE = 5
+
+_STATUS = """
+SELECT v.codec, v.kek_id, count(*), coalesce(sum(octet_length(v.payload)), 0)
+FROM state_versions v GROUP BY v.codec, v.kek_id ORDER BY v.codec, v.kek_id NULLS FIRST
+"""
+
+
+def status(connection: Any, out: TextIO) -> int:
+    """Print how many version rows each codec and key id has, and their
+    stored bytes."""
+    with connection, connection.cursor() as cursor:
+        cursor.execute(_STATUS)
+        found = cursor.fetchall()
+    print(f"{'CODEC':<12} {'KEY ID':<24} {'VERSIONS':>10} {'STORED BYTES':>14}", file=out)
+    for codec, kek_id, count, stored in found:
+        print(f"{codec:<12} {kek_id or '(not encrypted)':<24} {count:>10} {stored:>14}",
+              file=out)
+    if not found:
+        print("(no versions)", file=out)
+    return OK
+
+
+def row_job(connection: Any, name: str, keys: KeyRing | None, out: TextIO,
+            batch: int | None = None) -> int:
+    """Run the job C{name} with a progress bar on stderr; print what it did
+    and what is left.  @return: the exit code (L{INCOMPLETE} when rows are
+    left or failed)."""
+    job = JOBS[name]
+    active = None if keys is None else keys.active_key_id
+    with connection, connection.cursor() as cursor:
+        total = count_rows(cursor, job, active)
+    if keys is not None and name != "decrypt-versions":
+        print(f"kilolock-migrate: {job.what}: {total} rows; active key {active}", file=out)
+    else:
+        print(f"kilolock-migrate: {job.what}: {total} rows", file=out)
+    progress = RowProgress(total, sys.stderr, job.what)
+    report = run_job(connection, job, keys, progress, batch)
+    progress.finish()
+    print(f"changed: {report.changed}", file=out)
+    if report.unchanged - len(report.failed):
+        print(f"left as they are (zstd does not shrink them): "
+              f"{report.unchanged - len(report.failed)}", file=out)
+    for tenant, path, number, reason in report.failed:
+        print(f"FAILED: tenant {tenant} state {path} version {number}: {reason}",
+              file=sys.stderr)
+    if report.remaining:
+        print(f"kilolock-migrate: {report.remaining} rows still to do (in use during the run,"
+              " or written meanwhile by a server with an older configuration): run the"
+              " command again", file=sys.stderr)
+    return INCOMPLETE if report.failed or report.remaining else OK
+
+
+def recover_from_database(connection: Any, keys: KeyRing | None, out_dir: Path,
+                          tenant: str | None, path: str | None, out: TextIO) -> int:
+    """Write every version the database holds under C{out_dir}."""
+    with connection:
+        report = write_versions(rows_from_database(connection, tenant, path), keys, out_dir, out)
+    return _summary(report.written, report.pruned, report.failed, out)
+
+
+def recover_from_dump(dump: Path, keys: KeyRing | None, out_dir: Path, tenant: str | None,
+                      path: str | None, out: TextIO) -> int:
+    """Write every version a pg_dump file holds under C{out_dir}."""
+    rows = rows_from_dump(dump_lines(dump), tenant, path)
+    report = write_versions(rows, keys, out_dir, out)
+    return _summary(report.written, report.pruned, report.failed, out)
+
+
+def _summary(written: int, pruned: int, failed: tuple[str, ...], out: TextIO) -> int:
+    print(f"kilolock-migrate: recovered {written} versions (each checked against its"
+          f" sha256); {pruned} tombstones; {len(failed)} failed", file=out)
+    return INCOMPLETE if failed else OK
