@@ -8,6 +8,9 @@ selected in one transaction with psycopg 3 binary parameters.
 
     python bench/large_state.py [--resources 50000] [--servers memory,postgres] [--rounds 3]
 
+C{--servers postgres,postgres-encrypted} compares encryption at rest off
+and on in the same run (rounds alternate the two), with the median ratio.
+
 Each round starts fresh servers (so the peak RSS is that round's); with
 several rounds the medians are printed at the end.  The PostgreSQL is an
 embedded cluster in a temporary directory (Kilolock gets its URL with
@@ -29,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from http_client import Connection
-from servers import peak_rss_bytes, running
+from servers import ENCRYPTED, peak_rss_bytes, running
 
 PROVIDER = 'provider["registry.terraform.io/hashicorp/aws"]'
 
@@ -196,13 +199,14 @@ def main() -> None:
                 print(f"reference (psycopg2, blocking, binary COPY): insert"
                       f" {copy_floors[-1][0]:.2f} s, select {copy_floors[-1][1]:.2f} s")
                 for kind in kinds:
-                    extra = ["--database", dsn] if kind == "postgres" else []
+                    on_database = kind in ("postgres", ENCRYPTED)
+                    extra = ["--database", dsn] if on_database else []
                     with running(kind, extra) as (port, pid):
                         result = asyncio.run(run_server(port, body, small))
                         result["rss"] = float(peak_rss_bytes(pid))
                     results[kind].append(result)
                     report(kind, result, insert, select, size)
-                    if kind == "postgres":
+                    if on_database:
                         empty_bench_database(dsn)
         finally:
             cluster.stop_blocking()
@@ -219,6 +223,13 @@ def main() -> None:
                       for name in results[kind][0]}
             median["identical"] = float(all(r["identical"] for r in results[kind]))
             report(kind, median, insert, select, size)
+    if "postgres" in kinds and ENCRYPTED in kinds:
+        for name in ("post_s", "get_s"):
+            ratios = [encrypted[name] / plain[name] for plain, encrypted
+                      in zip(results["postgres"], results[ENCRYPTED], strict=True)]
+            print(f"{ENCRYPTED}/postgres {name[:-2].upper()}: median ratio"
+                  f" {statistics.median(ratios):.2f} (rounds: "
+                  + ", ".join(f"{ratio:.2f}" for ratio in ratios) + ")")
 
 
 def empty_bench_database(dsn: str) -> None:

@@ -17,6 +17,33 @@ from kilolock.store.embedded import EmbeddedPostgres
 
 HERE = Path(__file__).resolve().parent
 
+#: Kilolock on PostgreSQL with encryption at rest (a key file of its own).
+ENCRYPTED = "postgres-encrypted"
+_KEY_FILES: list[str] = []
+
+
+def encryption_args() -> list[str]:
+    """C{--encryption-keys FILE}: a key file with one random key, made once
+    per benchmark run (removed when it ends)."""
+    if not _KEY_FILES:
+        import atexit
+        import base64
+
+        handle, path = tempfile.mkstemp(prefix="kilolock-bench-keys-", suffix=".toml")
+        with os.fdopen(handle, "w") as keys:
+            keys.write(f'active = "bench"\n[[keys]]\nid = "bench"\n'
+                       f'secret = "{base64.b64encode(os.urandom(32)).decode()}"\n')
+        atexit.register(os.unlink, path)
+        _KEY_FILES.append(path)
+    return ["--encryption-keys", _KEY_FILES[0]]
+
+
+def store_and_args(kind: str, extra: list[str] | None) -> tuple[str, list[str]]:
+    """The --store of a server kind, and its extra arguments."""
+    if kind == ENCRYPTED:
+        return "postgres", [*(extra or []), *encryption_args()]
+    return kind, list(extra or [])
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -134,13 +161,14 @@ def running_tss(dsn: str) -> Iterator[tuple[int, int]]:
 
 @contextlib.contextmanager
 def running(kind: str, extra: list[str] | None = None) -> Iterator[tuple[int, int]]:
-    """Run one server: C{floor}, C{memory} or C{postgres} (Kilolock on its
+    """Run one server: C{floor}, C{memory}, C{postgres} (Kilolock on its
     embedded PostgreSQL in a temporary data directory, unless C{extra} names
-    a C{--database}).
+    a C{--database}) or L{ENCRYPTED} (the same, encrypting versions).
 
     @return: (context value) the port and the server's pid.
     """
     port = free_port()
+    kind, extra = store_and_args(kind, extra)
     with tempfile.TemporaryDirectory(prefix="kilolock-bench-") as scratch:
         if kind == "floor":
             command = [sys.executable, str(HERE / "floor_server.py"), str(port)]
@@ -150,7 +178,7 @@ def running(kind: str, extra: list[str] | None = None) -> Iterator[tuple[int, in
             command = [twistd, "--logfile",
                        os.path.join(scratch, "twistd.log"), "-n", "kilolock",
                        "--listen", f"tcp:{port}:interface=127.0.0.1", "--store", kind]
-            if kind == "postgres" and not extra:
+            if kind == "postgres" and "--database" not in extra:
                 command += ["--data-dir", os.path.join(scratch, "data")]
             command += extra or []
             ready_path = "/healthz"

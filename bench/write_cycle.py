@@ -21,6 +21,9 @@ tss; server CPU per cycle (the server processes, and PostgreSQL's) from
 
     python bench/write_cycle.py [--seconds 5] [--rounds 3] [--clients 1,8,32]
         [--servers floor,memory,postgres,durable,tss] [--processes 1,2]
+
+C{--servers postgres,postgres-encrypted} compares encryption at rest off and
+on in the same run.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import durable_floor
 from durable_floor import prepare_database
 from http_client import Connection
 from servers import (
+    ENCRYPTED,
     TSS_DIRECTORY,
     cluster_cpu,
     cluster_pids,
@@ -165,7 +169,7 @@ def started(server: str, processes: int, cluster: EmbeddedPostgres | None,
         with running_tss(dsn) as (port, pid):
             yield [port], [pid], cluster_pids(cluster), None
     else:
-        with running_many("postgres", processes, ["--database", dsn]) as servers:
+        with running_many(server, processes, ["--database", dsn]) as servers:
             yield ([port for port, _ in servers], [pid for _, pid in servers],
                    cluster_pids(cluster), None)
 
@@ -236,7 +240,7 @@ def main() -> None:
     template = state_template()
     print(f"state size: {len(template.replace('{serial}', '1').encode())} bytes, 50 resources")
     columns = [(server, count) for server in servers
-               for count in (process_counts if server == "postgres" else [1])]
+               for count in (process_counts if server in ("postgres", ENCRYPTED) else [1])]
     results: dict[tuple[str, int, int], dict[str, float]] = {}
     with postgres_cluster() as cluster:
         for server, processes in columns:
@@ -253,7 +257,7 @@ def print_tables(columns: list[tuple[str, int]], client_counts: list[int],
     """Markdown tables: cycles per second and the ratios, then CPU and p99."""
     names = [label(server, processes) for server, processes in columns]
     references = [name for name in ("floor", "durable", "tss") if name in names]
-    kilolocks = [column for column in columns if column[0] in ("memory", "postgres")]
+    kilolocks = [column for column in columns if column[0] in ("memory", "postgres", ENCRYPTED)]
     ratio_names = [f"{label(*k)}/{r}" for k in kilolocks for r in references]
     print("| clients | " + " | ".join(names) + " | " + " | ".join(ratio_names) + " |")
     print("|---" * (1 + len(names) + len(ratio_names)) + "|")
@@ -279,6 +283,12 @@ def print_tables(columns: list[tuple[str, int]], client_counts: list[int],
             cells.append("-" if found is None else
                          f"{found['own']:.3f} + {found['database']:.3f}; p99 {found['p99']:.1f}")
         print(f"| {clients} | " + " | ".join(cells) + " |")
+    for clients in client_counts:
+        plain, encrypted = (results.get((name, 1, clients)) for name in ("postgres", ENCRYPTED))
+        if plain and encrypted:
+            print(f"encryption at rest, {clients} clients: {ENCRYPTED}/postgres cycles/s"
+                  f" {encrypted['rate'] / plain['rate']:.2f}, server CPU per cycle"
+                  f" {encrypted['own'] / plain['own']:.2f}")
     scaled = sorted(p for s, p in columns if s == "postgres")
     if len(scaled) > 1:
         print()

@@ -269,7 +269,7 @@ def test_read_token_gets_no_backend_block(stub: HostedStub) -> None:
     ({"name": "ci"}, "environment"),
     ({"name": "ci", "environment": "nowhere"}, "environment"),
     ({"name": "ci", "environment": "default", "workspace": "nowhere"}, "workspace"),
-    ({"name": "ci", "environment": "default", "scope": "admin"}, "scope"),
+    ({"name": "ci", "environment": "default", "scope": "owner"}, "scope"),
     ({"name": "ci", "environment": "default", "state": "a/b"}, "state"),
     ({"name": "ci", "environment": "default", "password": "x"}, "password"),
     ({"name": "c i", "environment": "default"}, "name"),

@@ -277,3 +277,26 @@ def test_control_retention_of_a_bad_state_path_is_a_400() -> None:
     assert (reply.status, reply.json()["error"].get("field")) == (400, "state")
     missing = stub.control.call("GET", "/tenants/nobody/retention")
     assert missing.status == 404
+
+
+def test_a_hosted_admin_token_purges_in_its_environment() -> None:
+    """Hosted mode: the control API issues a token of scope admin (with a
+    backend block: it writes too); it purges on the native API where a
+    write token gets 403."""
+    stub = HostedStub()
+    tenant = stub.control.tenant("acme")
+    issued = stub.control.ok("POST", "/tenants/acme/tokens",
+                             {"name": "root", "environment": "default", "scope": "admin"}, 201)
+    assert issued["scope"] == "admin" and "backend_block" in issued
+    for serial in (1, 2):
+        reply = stub.state.post(f"/v1/states/{tenant.prefix}/app", body(serial),
+                                headers=tenant.auth(issued["token_secret"]))
+        assert reply.status == 200, reply.body
+    purge_body = json.dumps({"reason": "leak"}).encode()
+    path = "/v1/native/states/app/-/versions/1/purge"
+    refused = stub.state.request("POST", path, purge_body,
+                                 headers={"Authorization": f"Bearer {tenant.write}"})
+    assert refused.status == 403
+    done = stub.state.request("POST", path, purge_body,
+                              headers={"Authorization": f"Bearer {issued['token_secret']}"})
+    assert done.status == 200, done.body

@@ -227,7 +227,7 @@ async def test_create_token_checks_its_fields(store: Any) -> None:
     for workspace, environment, scope, field in (
             ("nowhere", "default", "write", "workspace"),
             (None, "nowhere", "write", "environment"),
-            (None, "default", "admin", "scope")):
+            (None, "default", "owner", "scope")):
         error = await failure_of(store.create_token("acme", "t", workspace, environment,
                                                     scope, CONTROL), InvalidField)
         assert error.field == field
