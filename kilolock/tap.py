@@ -24,6 +24,7 @@ from twisted.python import usage
 from zope.interface import implementer
 
 from kilolock.at_rest_settings import (
+    AT_REST_OPTIONS,
     DEFAULT_RETENTION_INTERVAL,
     check_key_file,
     key_provider,
@@ -286,6 +287,7 @@ class Options(usage.Options):
         ["oidc-lock-grace", None, None,
          "seconds after its expiry a CI token may still write and unlock the lock it took,"
          f" 0 to {MAX_GRACE:.0f} [KL_OIDC_LOCK_GRACE, default {DEFAULT_GRACE:.0f}]"],
+        *AT_REST_OPTIONS,
     ]
 
     def __init__(self) -> None:

@@ -180,3 +180,25 @@ def test_retention_is_off_by_default() -> None:
                                      environ={"KL_RETENTION_VERSIONS": "off",
                                               "KL_RETENTION_DAYS": "7"})
     assert (settings.retention_versions, settings.retention_days) == (None, 7)
+
+
+def test_the_command_line_options_are_twistds(tmp_path: Any) -> None:
+    """--encryption-keys, --retention-versions, --retention-days and
+    --retention-interval are options of `twistd kilolock`, checked at once."""
+    from twisted.python import usage
+
+    from kilolock.tap import Options
+
+    keys = tmp_path / "keys.toml"
+    keys.write_text('active = "k"\n[[keys]]\nid = "k"\n'
+                    'secret = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="\n')
+    options = Options()
+    options.parseOptions(["--store", "memory", "--encryption-keys", str(keys),
+                          "--retention-versions", "128", "--retention-days", "off",
+                          "--retention-interval", "60"])
+    settings = Settings.from_sources(options, environ={})
+    assert (settings.encryption_keys, settings.retention_versions, settings.retention_days,
+            settings.retention_interval) == (str(keys), 128, None, 60.0)
+    keys.write_text('active = "k"\n')
+    with pytest.raises(usage.UsageError, match="--encryption-keys: .* has no keys"):
+        Options().parseOptions(["--store", "memory", "--encryption-keys", str(keys)])
