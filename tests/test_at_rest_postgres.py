@@ -31,6 +31,7 @@ from kilolock.atrest.errors import AuthenticationFailed, StoredVersionUnreadable
 from kilolock.errors import EncryptionKeysRefused
 from kilolock.model import DEFAULT_TENANT, Principal, StateKey
 from kilolock.store.postgres import large
+from kilolock.store.postgres.reads import UNREADABLE
 from kilolock.store.postgres.runner import KEYS_REFUSED
 from kilolock.store.postgres.store import PostgresStateStore
 
@@ -145,9 +146,12 @@ async def test_swapped_ciphertexts_fail_authentication(store: Any, postgres_dsn:
            SET payload = CASE WHEN v.id = a.id THEN b.payload ELSE a.payload END,
                data_key = CASE WHEN v.id = a.id THEN b.data_key ELSE a.data_key END
         FROM a, b WHERE v.id IN (a.id, b.id)""")
-    for key in (KEY, OTHER):
-        error = await failure_of(store.read_current(key), AuthenticationFailed)
-        assert error.status == 502 and error.code == "stored_version_unauthentic"
+    with logged(UNREADABLE) as events:
+        for key in (KEY, OTHER):
+            error = await failure_of(store.read_current(key), AuthenticationFailed)
+            assert error.status == 502 and error.code == "stored_version_unauthentic"
+    assert [(event["path"], event["code"]) for event in events] == [
+        ("secrets", "stored_version_unauthentic"), ("other", "stored_version_unauthentic")]
 
 
 @pytest_twisted.ensureDeferred

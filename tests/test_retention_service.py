@@ -200,5 +200,5 @@ def test_the_command_line_options_are_twistds(tmp_path: Any) -> None:
     assert (settings.encryption_keys, settings.retention_versions, settings.retention_days,
             settings.retention_interval) == (str(keys), 128, None, 60.0)
     keys.write_text('active = "k"\n')
-    with pytest.raises(usage.UsageError, match="--encryption-keys: .* has no keys"):
+    with pytest.raises(usage.UsageError, match=r"--encryption-keys: .* has no keys"):
         Options().parseOptions(["--store", "memory", "--encryption-keys", str(keys)])

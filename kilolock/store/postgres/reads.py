@@ -15,7 +15,9 @@ from typing import Any
 
 from attrs import evolve
 from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.logger import Logger
 
+from kilolock.atrest.errors import StoredVersionUnreadable
 from kilolock.atrest.versions import VersionCodec
 from kilolock.errors import StateNotFound
 from kilolock.model import (
@@ -36,6 +38,12 @@ __all__ = ["PostgresReads"]
 
 #: The codec of a tombstone's row.
 PRUNED = "pruned"
+
+log = Logger()
+
+#: What is logged when a stored version fails its checks.
+UNREADABLE = ("a stored version could not be read ({code}): tenant {tenant}, state {path},"
+              " serial {serial}: {message}")
 
 
 class PostgresReads:
@@ -77,7 +85,14 @@ class PostgresReads:
             version = await self._payload_read(payloads.columns_of(row[0:7]))
             base = await self._payload_read(payloads.columns_of(row[7:14]))
             assert version is not None
-            return await payloads.decode_stored(self._codec, key, version, base)
+            try:
+                return await payloads.decode_stored(self._codec, key, version, base)
+            except StoredVersionUnreadable as error:
+                # An operator wants to know at once: a damaged or tampered
+                # row, or keys that do not match it (never bytes or keys).
+                log.warn(UNREADABLE, code=error.code, tenant=key.tenant, path=key.path,
+                         serial=version.serial, message=error.message)
+                raise
 
         return ensureDeferred(read())
 
