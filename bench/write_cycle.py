@@ -23,7 +23,8 @@ tss; server CPU per cycle (the server processes, and PostgreSQL's) from
         [--servers floor,memory,postgres,durable,tss] [--processes 1,2]
 
 C{--servers postgres,postgres-encrypted} compares encryption at rest off and
-on in the same run.
+on in the same run; with C{--interleave} both run at once, their rounds
+alternating, which is what to quote on a machine that other work disturbs.
 """
 
 from __future__ import annotations
@@ -206,6 +207,42 @@ def run_server(server: str, processes: int, clients: int, args: argparse.Namespa
     return result
 
 
+def interleaved(first: str, second: str, clients: int, args: argparse.Namespace,
+                template: str, cluster: EmbeddedPostgres) -> None:
+    """Both servers running at once (each on a database of its own), their
+    rounds alternating (first/second, then second/first, ...), so that the
+    load of the machine falls on both alike; prints each round's ratio of
+    second to first (cycles/s and server CPU per cycle) and the medians."""
+    rates: dict[str, list[float]] = {first: [], second: []}
+    cpu: dict[str, list[float]] = {first: [], second: []}
+    database: dict[str, list[float]] = {first: [], second: []}
+    with started(first, 1, cluster) as (ports_a, own_a, _, _), \
+            started(second, 1, cluster) as (ports_b, own_b, _, _):
+        servers = {first: (ports_a, own_a), second: (ports_b, own_b)}
+        for round_index in range(args.rounds):
+            order = (first, second) if round_index % 2 == 0 else (second, first)
+            for server in order:
+                ports, own = servers[server]
+                tag = f"{server}-{clients}-{round_index}-{uuid.uuid4().hex[:6]}"
+                run(server, ports, None, clients, 1.0, template, "warm" + tag, [])
+                before, began = (cpu_seconds(own), cluster_cpu(cluster)), time.monotonic()
+                rate = run(server, ports, None, clients, args.seconds, template, tag, [])
+                cycles = max(rate * (time.monotonic() - began), 1)
+                rates[server].append(rate)
+                cpu[server].append(1000 * (cpu_seconds(own) - before[0]) / cycles)
+                database[server].append(1000 * (cluster_cpu(cluster) - before[1]) / cycles)
+    ratios = [b / a for a, b in zip(rates[first], rates[second], strict=True)]
+    cpu_ratios = [b / a for a, b in zip(cpu[first], cpu[second], strict=True)]
+    print(f"interleaved, {clients} clients: {second}/{first} cycles/s median"
+          f" {statistics.median(ratios):.2f} (rounds {', '.join(f'{r:.2f}' for r in ratios)});"
+          f" server CPU ms per cycle median {statistics.median(cpu[first]):.3f} vs"
+          f" {statistics.median(cpu[second]):.3f}, ratio {statistics.median(cpu_ratios):.2f};"
+          f" database CPU ms per cycle {statistics.median(database[first]):.3f} vs"
+          f" {statistics.median(database[second]):.3f};"
+          f" cycles/s medians {statistics.median(rates[first]):.1f} vs"
+          f" {statistics.median(rates[second]):.1f}", flush=True)
+
+
 def run(server: str, ports: list[int], dsn: str | None, clients: int, seconds: float,
         template: str, tag: str, latencies: list[float]) -> float:
     """One measurement: the durable floor's clients when C{dsn} is set, else
@@ -230,6 +267,9 @@ def main() -> None:
     parser.add_argument("--servers", default="floor,memory,postgres,durable,tss")
     parser.add_argument("--processes", default="1",
                         help="Kilolock processes on the one PostgreSQL (e.g. 1,2)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="two Kilolock servers (e.g. postgres,postgres-encrypted) at once,"
+                             " rounds alternating: their ratio, less disturbed by load")
     args = parser.parse_args()
     client_counts = [int(n) for n in args.clients.split(",")]
     servers = args.servers.split(",")
@@ -239,6 +279,12 @@ def main() -> None:
         servers.remove("tss")
     template = state_template()
     print(f"state size: {len(template.replace('{serial}', '1').encode())} bytes, 50 resources")
+    if args.interleave:
+        first, second = servers
+        with postgres_cluster() as cluster:
+            for clients in client_counts:
+                interleaved(first, second, clients, args, template, cluster)
+        return
     columns = [(server, count) for server in servers
                for count in (process_counts if server in ("postgres", ENCRYPTED) else [1])]
     results: dict[tuple[str, int, int], dict[str, float]] = {}
