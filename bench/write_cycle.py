@@ -270,6 +270,9 @@ def main() -> None:
     parser.add_argument("--interleave", action="store_true",
                         help="two Kilolock servers (e.g. postgres,postgres-encrypted) at once,"
                              " rounds alternating: their ratio, less disturbed by load")
+    parser.add_argument("--synchronous-commit", choices=("on", "off"), default="on",
+                        help="the cluster's synchronous_commit (off: commits do not wait"
+                             " for the disk, so the servers' CPU decides the rate)")
     args = parser.parse_args()
     client_counts = [int(n) for n in args.clients.split(",")]
     servers = args.servers.split(",")
@@ -282,6 +285,13 @@ def main() -> None:
     if args.interleave:
         first, second = servers
         with postgres_cluster() as cluster:
+            if args.synchronous_commit == "off":
+                import psycopg
+
+                with psycopg.connect(cluster.dsn("postgres"), autocommit=True) as connection:
+                    connection.execute("ALTER SYSTEM SET synchronous_commit = off")
+                    connection.execute("SELECT pg_reload_conf()")
+                print("synchronous_commit = off")
             for clients in client_counts:
                 interleaved(first, second, clients, args, template, cluster)
         return
