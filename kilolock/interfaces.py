@@ -146,11 +146,14 @@ class IStateStore(Interface):
 
     def list_versions(key: StateKey) -> Deferred[list[StateVersion]]:
         """@return: a Deferred firing with the L{StateVersion} list of C{key},
-        oldest first (empty when the state does not exist)."""
+        oldest first, tombstones included (C{pruned_at} set; empty when the
+        state does not exist)."""
 
     def read_version(key: StateKey, number: int) -> Deferred[bytes | None]:
         """@return: a Deferred firing with the bytes of version C{number}, or
-        None when the state has no such version."""
+        None when the state has no such version; failing with
+        L{kilolock.errors.VersionPruned} (410) when only its tombstone is
+        left (see L{kilolock.retention_interfaces.IRetentionStore})."""
 
     def get_projection(key: StateKey) -> Deferred[Projection | None]:
         """@return: a Deferred firing with the L{Projection} of the current
