@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import sys
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,18 +43,22 @@ from large_state import big_state
 from servers import ENCRYPTED, new_database, postgres_cluster, running
 from state_history import history, patched_history
 
+#: Each state's versions, made again on every call (a large history is
+#: never held in memory whole).
+Histories = dict[str, Callable[[], Iterable[bytes]]]
 
-async def write_all(port: int, states: dict[str, list[bytes]]) -> None:
+
+async def write_all(port: int, states: Histories) -> None:
     """POST every version of every state, then GET each back."""
     connection = await Connection.open(port)
     try:
         for name, versions in states.items():
-            for body in versions:
+            for body in versions():
                 status, answer = await connection.request("POST", f"/v1/states/{name}", body)
                 if status != 200:
                     raise RuntimeError(f"POST {name}: {status} {answer[:200]!r}")
         for name, versions in states.items():
-            for number, body in enumerate(versions, 1):
+            for number, body in enumerate(versions(), 1):
                 status, got = await connection.request(
                     "GET", f"/v1/native/states/{name}/-/versions/{number}")
                 if status != 200 or got != body:
@@ -74,22 +79,22 @@ def measure(dsn: str, versions: int, full: bool = False) -> tuple[float, float]:
     return int(total[0]) / versions, int(payload[0]) / versions
 
 
-def as_before_compression(dsn: str, states: dict[str, list[bytes]]) -> None:
+def as_before_compression(dsn: str, states: Histories) -> None:
     """Every payload replaced by its raw bytes, as rows were stored before
     compression (codec identity, pglz TOAST)."""
     with psycopg.connect(dsn, autocommit=True) as connection:
         connection.execute("ALTER TABLE state_versions ALTER COLUMN payload SET STORAGE EXTENDED")
         for name, versions in states.items():
-            for number, body in enumerate(versions, 1):
+            for number, body in enumerate(versions(), 1):
                 connection.execute(
                     "UPDATE state_versions v SET payload = %b, codec = 'identity',"
                     " base_number = NULL FROM states s WHERE s.id = v.state_id"
                     " AND s.path = %s AND v.number = %s", (body, name, number))
 
 
-def run(cluster: object, title: str, states: dict[str, list[bytes]]) -> None:
-    count = sum(len(versions) for versions in states.values())
-    raw = sum(len(body) for versions in states.values() for body in versions) / count
+def run(cluster: object, title: str, states: Histories) -> None:
+    sizes = [len(body) for versions in states.values() for body in versions()]
+    count, raw = len(sizes), sum(sizes) / len(sizes)
     print(f"-- {title}: {count} versions, {raw:,.0f} raw bytes per version")
     print("| configuration | state_versions bytes per version | payload + key bytes per version |")
     print("|---|---|---|")
@@ -108,10 +113,6 @@ def run(cluster: object, title: str, states: dict[str, list[bytes]]) -> None:
     print(f"| before compression (raw bytea, pglz) | {table:,.0f} | {payload:,.0f} |")
 
 
-def listed(versions: Iterable[bytes]) -> list[bytes]:
-    return list(versions)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -121,14 +122,15 @@ def main() -> None:
     parser.add_argument("--large-resources", type=int, default=5000)
     parser.add_argument("--skip-large", action="store_true")
     args = parser.parse_args()
-    small = {f"s{index}": listed(history(args.versions, seed=13 + index))
-             for index in range(args.states)}
+    small: Histories = {
+        f"s{index}": functools.partial(history, args.versions, seed=13 + index)
+        for index in range(args.states)}
     with postgres_cluster() as cluster:
         run(cluster, "small: the realistic 50-resource state", small)
         if not args.skip_large:
             first = big_state(args.large_resources)
-            large = {"big": listed(patched_history(first, args.large_versions,
-                                                   rb"i-[0-9a-f]{12}"))}
+            large: Histories = {"big": functools.partial(
+                patched_history, first, args.large_versions, rb"i-[0-9a-f]{12}")}
             run(cluster, f"large: bench/large_state.py's state, {args.large_resources}"
                          " resources", large)
 
