@@ -275,6 +275,10 @@ def test_control_retention_of_a_bad_state_path_is_a_400() -> None:
     stub.control.tenant("acme")
     reply = stub.control.call("GET", "/tenants/acme/retention?state=a%2F..%2Fb")
     assert (reply.status, reply.json()["error"].get("field")) == (400, "state")
+    for path in ("app", "ws_000000000000/env_000000000000/app"):  # not its environments
+        reply = stub.control.call("PUT", f"/tenants/acme/retention?state={path}",
+                                  {"versions": 3, "days": None})
+        assert (reply.status, reply.json()["error"].get("field")) == (400, "state")
     missing = stub.control.call("GET", "/tenants/nobody/retention")
     assert missing.status == 404
 

@@ -53,7 +53,16 @@ class RetentionControl(ControlResource):
     async def _target(self, request: Request) -> tuple[Tenant, str | None]:
         tenant = await self.api.tenant(self.tenant)
         text = query_text(request, "state")
-        return tenant, None if text is None else state_path(text, "state")
+        if text is None:
+            return tenant, None
+        path = state_path(text, "state")
+        workspace, _, rest = path.partition("/")
+        environment = rest.partition("/")[0]
+        if not any(env.workspace_id == workspace and env.id == environment
+                   for env in await self.api.store.list_environments(tenant.id)):
+            raise InvalidField("state", "a hosted tenant's state is WORKSPACE_ID/ENV_PUBLIC_ID/"
+                                        "NAME, in one of its environments")
+        return tenant, path
 
     async def _answer(self, tenant: Tenant, path: str | None) -> Response:
         document = await retention_answer(self.api.store, self.api.retention, tenant.id, path)
