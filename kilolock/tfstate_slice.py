@@ -103,7 +103,7 @@ def slice_state(raw: bytes, selector: Selector, decoded: bool = False) -> SliceR
         if not isinstance(resource, dict):
             return
         module = _module_path(modules, resource.get("module"))
-        mode, type_, name = resource.get("mode"), resource.get("type"), resource.get("name")
+        mode, type_, name = (str(resource.get(part)) for part in ("mode", "type", "name"))
         if not selector.keeps_resource(module, mode, type_, name):
             return
         instances = resource.get("instances") or []
