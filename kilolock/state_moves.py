@@ -42,7 +42,7 @@ from kilolock.errors import BadRequest, Conflict
 from kilolock.state_document import Resource, Wanted, WorkingState
 from kilolock.tfaddress import Key, ModuleStep, Target, format_key, format_module
 
-__all__ = ["NothingMatched", "TargetExists", "check_move", "move", "move_wanted",
+__all__ = ["InvalidMove", "NothingMatched", "TargetExists", "check_move", "move", "move_wanted",
            "remove", "remove_wanted"]
 
 

@@ -150,7 +150,8 @@ def slice_document(raw: bytes, selector: Selector) -> bytes:
     outputs = members["outputs"].text if selector.outputs and "outputs" in members else "{}"
     parts = [f'  "{name}": {text}' for name, text in head.items()]
     parts.append(f'  "outputs": {outputs}')
-    parts.append('  "resources": [' + ",\n".join(found.texts) + "]")
+    resources = ",\n    ".join(found.texts)
+    parts.append('  "resources": [' + (f"\n    {resources}\n  " if found.texts else "") + "]")
     parts.append('  "check_results": null')
     return ("{\n" + ",\n".join(parts) + "\n}\n").encode("utf-8")
 

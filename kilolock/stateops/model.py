@@ -12,12 +12,9 @@ from attrs import field, frozen
 
 from kilolock.model import Principal, StateKey, StateUpload
 
-__all__ = ["CANCELLED", "FAILED", "FINISHED", "RUNNING", "STATE_OPERATION", "SUCCEEDED",
+__all__ = ["CANCELLED", "FAILED", "FINISHED", "RUNNING", "SUCCEEDED",
            "Chunk", "OperationRecord", "Owner", "StateWrite", "UploadSession",
            "new_operation_id", "new_upload_id"]
-
-#: The event kind of a version written by an operation.
-STATE_OPERATION = "state_operation"
 
 #: An operation's status: running (its process works on it), then one of
 #: the finished ones.

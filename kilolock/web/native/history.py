@@ -11,7 +11,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import Request
 
 from kilolock.errors import BadRequest, LockConflict, NotFound, VersionNotFound
-from kilolock.model import STATE_ROLLBACK, STATE_WRITE, AuditEvent, StateUpload
+from kilolock.model import STATE_OPERATION, STATE_ROLLBACK, STATE_WRITE, AuditEvent, StateUpload
 from kilolock.statediff import diff_states, output_document, outputs_of, restore_body
 from kilolock.web._base import JSON, Branch, Response, render_async
 from kilolock.web.body import in_thread_if_large, prepare_upload, read_body
@@ -40,7 +40,8 @@ class VersionListResource(StateSubresource):
         _, key = await self.key(request)
         versions = await self.versions(key)
         writes = await self.lane.store.list_events(key.tenant, state_path=key.path,
-                                                   kinds=[STATE_WRITE, STATE_ROLLBACK])
+                                                   kinds=[STATE_WRITE, STATE_ROLLBACK,
+                                                          STATE_OPERATION])
         # The event that wrote each version (the latest one naming it: numbers
         # start again after a delete).
         by_version: dict[tuple[int, str | None], AuditEvent] = {}

@@ -24,7 +24,7 @@ from kilolock.web.lane import StateLane
 NO_ROUTE = ("no such route: a state is /v1/native/states/{name} or"
             " /v1/native/states/{workspace_id}/{env_public_id}/{state_name}, followed by"
             " /-/versions, /-/versions/{n}, /-/diff, /-/outputs, /-/resources, /-/lock,"
-            " /-/events or /-/rollback")
+            " /-/events, /-/rollback or /-/slice")
 
 
 def no_route() -> Resource:
