@@ -164,7 +164,9 @@ resource "terraform_data" "legacy" {
 
 def _network(root: bool) -> str:
     if root:
-        return _NET.replace('type = string', 'type    = string\n  default = "net"')
+        # Root outputs are not part of a state a split writes: none here.
+        return _NET.replace('type = string', 'type    = string\n  default = "net"').split(
+            'output "subnet"')[0]
     return """
 module "net" {
   source = "./modules/net"
