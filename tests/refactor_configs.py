@@ -108,6 +108,7 @@ data "terraform_remote_state" "{name}" {{
 def _monolith(renamed: bool, trunk: bool) -> str:
     peer = "upstream" if renamed else "peer"
     old = "renamed" if renamed else "old"
+    colour = f"${{data.terraform_remote_state.{peer}.outputs.colour}}"
     parts = [_peer(peer), """
 variable "generation" {
   type    = number
@@ -143,7 +144,7 @@ resource "terraform_data" "{'colours' if renamed else 'keyed'}" {{
 }}
 
 resource "terraform_data" "dep" {{
-  input      = "${{terraform_data.{old}.output}}-${{data.terraform_remote_state.{peer}.outputs.colour}}"
+  input      = "${{terraform_data.{old}.output}}-{colour}"
   depends_on = [{'' if trunk else 'module.net, '}terraform_data.items]
 }}
 """)

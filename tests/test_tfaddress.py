@@ -71,7 +71,7 @@ def test_what_an_address_contains() -> None:
     """Module steps match with their keys (module.a is not module.a[0]); a
     resource contains its instances; an instance only itself."""
     a, a0 = (ModuleStep("a"),), (ModuleStep("a", 0),)
-    assert parse_address("module.a").contains_instance(a + (ModuleStep("b"),), "managed",
+    assert parse_address("module.a").contains_instance((*a, ModuleStep("b")), "managed",
                                                        "t", "n", None)
     assert not parse_address("module.a").contains_instance(a0, "managed", "t", "n", None)
     assert parse_address("module.a[0]").contains_instance(a0, "managed", "t", "n", 3)
@@ -102,8 +102,11 @@ def test_bad_addresses_are_400s_naming_no_text(text: str) -> None:
 
 @given(st.text(max_size=60))
 def test_any_text_parses_or_is_a_400(text: str) -> None:
-    """Never anything but an address or InvalidAddress."""
+    """Never anything but an address (which prints back to the same
+    address) or InvalidAddress."""
     try:
-        parse_address(text)
-    except InvalidAddress:
-        pass
+        target = parse_address(text)
+    except InvalidAddress as error:
+        assert error.status == 400
+    else:
+        assert parse_address(str(target)) == target
