@@ -117,7 +117,7 @@ def parse_operation(body: bytes) -> OperationRequest:
     if not isinstance(document, dict):
         raise InvalidField("body", "the body must be a JSON object")
     kind = document.get("kind")
-    if kind not in _FIELDS:
+    if not isinstance(kind, str) or kind not in _FIELDS:
         raise InvalidField("kind", "kind must be one of " + ", ".join(sorted(_FIELDS)))
     unknown = sorted(set(document) - _FIELDS[kind])
     if unknown:

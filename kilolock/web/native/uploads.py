@@ -24,6 +24,7 @@ chunk.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 from datetime import timedelta
@@ -104,6 +105,16 @@ def _declaration(body: bytes, limit: int) -> tuple[str, int, str]:
     return state, size, digest
 
 
+def _body_length(request: Request) -> int:
+    """The length of the request's body (already received), without reading it."""
+    content = request.content
+    if content is None:
+        return 0
+    size = content.seek(0, io.SEEK_END)
+    content.seek(0)
+    return int(size)
+
+
 class UploadListResource(Collection):
     """C{POST /v1/native/uploads}: open an upload session for a state."""
 
@@ -173,9 +184,9 @@ class UploadResource(NativeResource):
         if offset is None:
             raise InvalidField("offset", "PUT a chunk with ?offset=N (its first byte's"
                                " position, from 0)")
-        data = await read_body(request, self.lane.reactor)
-        if len(data) > chunks.MAX_CHUNK_BYTES:
+        if _body_length(request) > chunks.MAX_CHUNK_BYTES:
             raise PayloadTooLarge(f"a chunk is at most {chunks.MAX_CHUNK_BYTES} bytes")
+        data = await read_body(request, self.lane.reactor)
         await in_thread_if_large(self.lane.reactor, len(data), verify_md5,
                                  request.getHeader(b"Content-MD5"), data)
         now = self.options.now()
