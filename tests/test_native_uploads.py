@@ -7,6 +7,7 @@ kl: test_nginx_proxy.py and test_kl_state_operations.py."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from typing import Any
 from urllib.parse import quote
@@ -219,7 +220,7 @@ def test_any_chunking_in_any_order_commits_the_bytes(data: st.DataObject) -> Non
     site = NativeSite()
     cuts = sorted(set(data.draw(st.lists(st.integers(1, len(MONOLITH) - 1), max_size=12))))
     bounds = [0, *cuts, len(MONOLITH)]
-    chunks = [(a, MONOLITH[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+    chunks = [(a, MONOLITH[a:b]) for a, b in itertools.pairwise(bounds)]
     sent = data.draw(st.permutations(chunks + data.draw(st.lists(st.sampled_from(chunks),
                                                                   max_size=4))))
     session = open_session(site, MONOLITH)
