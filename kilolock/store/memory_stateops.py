@@ -56,13 +56,14 @@ class MemoryStateOps:
 
     def update_operation(self, operation_id: str,
                          changes: Mapping[str, Any]) -> Deferred[OperationRecord | None]:
+        unknown = set(changes) - _CHANGEABLE
+        if unknown:
+            raise ValueError(f"not changeable: {sorted(unknown)}")
+
         def update() -> OperationRecord | None:
             found = self._operations.get(operation_id)
             if found is None or found.finished:
                 return found
-            unknown = set(changes) - _CHANGEABLE
-            if unknown:
-                raise ValueError(f"not changeable: {sorted(unknown)}")
             updated = self._operations[operation_id] = evolve(found, **changes)
             return updated
 

@@ -62,7 +62,8 @@ _COPY_CHUNK = ('COPY upload_chunks (session_id, "offset", length, sha256, data)'
 _EXTEND_UPLOAD = "UPDATE upload_sessions SET expires_at = %s WHERE id = %s"
 _UPLOAD_BYTES = ("SELECT string_agg(data, ''::bytea ORDER BY \"offset\") FROM upload_chunks"
                  " WHERE session_id = %s")
-_DROP_CHUNKS = "DELETE FROM upload_chunks WHERE session_id = %s"
+# A committed session keeps its chunks' ranges, not their bytes.
+_DROP_CHUNK_BYTES = "UPDATE upload_chunks SET data = ''::bytea WHERE session_id = %s"
 _COMMIT_UPLOAD = ("UPDATE upload_sessions SET committed_version = %s WHERE id = %s"
                   " AND tenant_id = %s AND principal = %s")
 _DROP_UPLOAD = "DELETE FROM upload_sessions WHERE id = %s AND tenant_id = %s AND principal = %s"
@@ -237,7 +238,7 @@ class PostgresStateOps:
                                  (committed_version, upload_id, owner.tenant, owner.principal))
             if not cursor.rowcount:
                 return False
-            await cursor.execute(_DROP_CHUNKS, (upload_id,))
+            await cursor.execute(_DROP_CHUNK_BYTES, (upload_id,))
             return True
 
         return self._runner.run_interaction(finish)
