@@ -18,10 +18,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from native_support import MONOLITH, NATIVE, PRINCIPALS, NativeSite, fired
 from stub_client import lock_body, state_body
+from twisted.internet import task
 
 from kilolock.model import LockInfo, StateKey
 from kilolock.stateops.model import RUNNING, OperationRecord, Owner
-from kilolock.stateops.runner import LEASE_SECONDS, operation_lock
+from kilolock.stateops.runner import (
+    LEASE_SECONDS,
+    RENEW_SECONDS,
+    OperationRunner,
+    operation_lock,
+)
 from kilolock.tfstate import parse_state
 
 
@@ -280,3 +286,34 @@ def test_any_body_is_an_answer_never_a_500(body: bytes) -> None:
     assert reply.status in (202, 400, 403, 404, 409), reply
     if reply.status == 202:
         assert site.read_operation(reply.json()["id"])["status"] in ("succeeded", "failed")
+
+
+def test_a_running_operation_renews_its_lease() -> None:
+    """While it runs, the operation's lease is renewed every RENEW_SECONDS on
+    the runner's clock: long past its first lease it is still running (no
+    sweep fails it); once finished it holds no lease."""
+    ticks = task.Clock()
+
+    def runner(store: Any, reactor: Any, **options: Any) -> OperationRunner:
+        return OperationRunner(store, reactor, clock=ticks, **options)
+
+    site = NativeSite(runner=runner)
+    site.put_state("mono", MONOLITH)
+    site.holds.hold("writing")
+    operation = site.operation({"kind": "rm", "state": "mono",
+                                "addresses": ["terraform_data.legacy"]}).json()
+    owner = Owner.of(PRINCIPALS["ann"])
+    start = site.clock()
+    first = fired(site.store.find_operation(owner, operation["id"])).lease_expires_at
+    assert first == start + timedelta(seconds=LEASE_SECONDS)
+    for _ in range(6):
+        site.clock.advance(RENEW_SECONDS)
+        ticks.advance(RENEW_SECONDS)
+    assert site.clock() > first
+    assert site.read_operation(operation["id"])["status"] == "running"
+    renewed = fired(site.store.find_operation(owner, operation["id"])).lease_expires_at
+    assert renewed == site.clock() + timedelta(seconds=LEASE_SECONDS)
+    site.holds.release()
+    done = fired(site.store.find_operation(owner, operation["id"]))
+    assert (done.status, done.lease_expires_at) == ("succeeded", None)
+    assert ticks.getDelayedCalls() == []
