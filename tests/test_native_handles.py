@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from urllib.parse import urlencode
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from native_support import MONOLITH, NATIVE, NativeSite
 from state_samples import ENVELOPE
 from stub_client import Reply
@@ -170,3 +173,15 @@ def test_slices_of_missing_and_encrypted_states(site: NativeSite) -> None:
     assert site.put_state("sealed", ENVELOPE).status == 200
     sealed = site.request("GET", f"{NATIVE}/states/sealed/-/slice?outputs=true")
     assert (sealed.status, sealed.json()["error"]["code"]) == (409, "encrypted_state")
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["module", "type", "address", "outputs", "format",
+                                           "version", "x"]),
+                          st.text(max_size=30)), max_size=5))
+def test_any_slice_query_is_never_a_500(params: list[tuple[str, str]]) -> None:
+    """Any query on -/slice: a 200 or a 4xx, never a 500."""
+    site = NativeSite()
+    site.put_state("mono", MONOLITH)
+    reply = site.request("GET", f"{NATIVE}/states/mono/-/slice?" + urlencode(params))
+    assert reply.status in (200, 400, 404), reply
