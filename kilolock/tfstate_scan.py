@@ -122,6 +122,20 @@ class _Reader:
         """The text from C{start} (not yet dropped) to C{pos}."""
         return self.text[start - self.base:self.pos - self.base]
 
+    def then(self, closing: str) -> bool:
+        """After a member or an element: True at the C{closing} character,
+        False after a comma (moving past either)."""
+        self.skip()
+        delimiter = self.peek()
+        self.pos += 1
+        if delimiter == closing:
+            return True
+        if delimiter != ",":
+            raise InvalidState(f"the state is not valid JSON: expected ',' or {closing!r} at"
+                               f" character {self.pos - 1}")
+        self.skip()
+        return False
+
     def expect(self, char: str, what: str) -> None:
         self.skip()
         if self.peek() != char:
@@ -161,15 +175,8 @@ def scan_state(raw: bytes, visit: ResourceVisitor) -> dict[str, Member]:
             else:
                 value, start = reader.value()
                 members[name] = Member(value, reader.since(start))
-            reader.skip()
-            delimiter = reader.peek()
-            reader.pos += 1
-            if delimiter == "}":
+            if reader.then("}"):
                 break
-            if delimiter != ",":
-                raise InvalidState("the state is not valid JSON: expected ',' or '}' at"
-                                   f" character {reader.pos - 1}")
-            reader.skip()
     reader.skip()
     if reader.peek() != "":
         raise InvalidState("the state is not valid JSON: extra data after the object")
@@ -189,15 +196,8 @@ def _walk_array(reader: _Reader, visit: ResourceVisitor) -> None:
         visit(index, item, functools.partial(reader.since, start))
         del item
         index += 1
-        reader.skip()
-        delimiter = reader.peek()
-        reader.pos += 1
-        if delimiter == "]":
+        if reader.then("]"):
             return
-        if delimiter != ",":
-            raise InvalidState("the state is not valid JSON: expected ',' or ']' at"
-                               f" character {reader.pos - 1}")
-        reader.skip()
 
 
 def _check_members(values: dict[str, Any]) -> None:

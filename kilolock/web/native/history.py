@@ -117,10 +117,7 @@ class OutputsResource(StateSubresource):
         _, key = await self.lane.authorize_state(request, self.segments, outputs=True)
         number = number_arg(request, "version")
         if number is None:
-            summary = await self.summary(key)
-            if summary.current is None:
-                raise VersionNotFound("the state has no version yet")
-            number = summary.current.number
+            number = await self.current_number(key)
             projection = await self.lane.store.get_projection(key)
             after = await self.lane.store.get_summary(key)
             unchanged = (after is not None and after.current is not None

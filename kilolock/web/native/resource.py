@@ -92,6 +92,13 @@ class StateSubresource(NativeResource):
             raise StateNotFound("no such state")
         return summary
 
+    async def current_number(self, key: StateKey) -> int:
+        """The number of the state's current version (404 without one)."""
+        summary = await self.summary(key)
+        if summary.current is None:
+            raise VersionNotFound("the state has no version yet")
+        return summary.current.number
+
     async def versions(self, key: StateKey) -> list[StateVersion]:
         versions = await self.lane.store.list_versions(key)
         if not versions and await self.lane.store.get_summary(key) is None:

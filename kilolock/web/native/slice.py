@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from twisted.web.server import Request
 
-from kilolock.errors import InvalidField, VersionNotFound
+from kilolock.errors import InvalidField
 from kilolock.tfaddress import InvalidAddress, Target, parse_address
 from kilolock.tfstate_slice import Selector, slice_document, slice_projection
 from kilolock.web._base import JSON, Response, render_async
@@ -75,12 +75,7 @@ class SliceResource(StateSubresource):
             raise InvalidField("format", "format is state or projection")
         outputs_only = form == "projection" and not selector.selects_resources
         _, key = await self.lane.authorize_state(request, self.segments, outputs=outputs_only)
-        number = number_arg(request, "version")
-        if number is None:
-            summary = await self.summary(key)
-            if summary.current is None:
-                raise VersionNotFound("the state has no version yet")
-            number = summary.current.number
+        number = number_arg(request, "version") or await self.current_number(key)
         raw = await self.version_bytes(key, number)
         version = str(number).encode()
         if form == "state":
