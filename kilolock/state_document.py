@@ -169,20 +169,27 @@ def new_state(like: WorkingState) -> WorkingState:
 
 
 def render_state(state: WorkingState) -> bytes:
-    """The state as bytes (see the module's docstring)."""
+    """The state as bytes (see the module's docstring).  It consumes
+    C{state}: each resource's text is let go once encoded, so a large state
+    is never held as text and as bytes twice over."""
     ordered = sorted(state.resources, key=Resource.sort_key)
     texts: dict[str, str] = {name: member.text for name, member in state.members.items()}
     for name, value in state.replaced.items():
         texts[name] = json.dumps(value, ensure_ascii=False)
-    names = [name for name in _MEMBER_ORDER if name in texts]
-    parts = [f'  "{name}": {texts[name]}' for name in names]
-    resources = ",\n    ".join(resource.render() for resource in ordered)
-    parts.append('  "resources": [' + (f"\n    {resources}\n  " if ordered else "") + "]")
-    parts.extend(f"  {json.dumps(name, ensure_ascii=False)}: {text}"
-                 for name, text in texts.items() if name not in _MEMBER_ORDER)
+    head = [f'  "{name}": {texts[name]}' for name in _MEMBER_ORDER if name in texts]
+    tail = [f"  {json.dumps(name, ensure_ascii=False)}: {text}"
+            for name, text in texts.items() if name not in _MEMBER_ORDER]
     if "check_results" not in texts:
-        parts.append('  "check_results": null')
-    return ("{\n" + ",\n".join(parts) + "\n}\n").encode("utf-8")
+        tail.append('  "check_results": null')
+    pieces = [("{\n" + ",\n".join(head) + ',\n  "resources": [').encode()]
+    for position, resource in enumerate(ordered):
+        pieces.append((",\n    " if position else "\n    ").encode()
+                      + resource.render().encode("utf-8"))
+        resource.text = resource.document = None
+    state.resources = []
+    pieces.append(("\n  ]" if ordered else "]").encode())
+    pieces.append(("".join(",\n" + part for part in tail) + "\n}\n").encode("utf-8"))
+    return b"".join(pieces)
 
 
 def import_body(raw: bytes, parsed: ParsedState, current: WorkingState | None,
