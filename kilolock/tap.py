@@ -31,6 +31,7 @@ from kilolock.auth import (
     build_portal,
 )
 from kilolock.interfaces import IStateStore, ITenantStore
+from kilolock.listening import with_backlog
 from kilolock.metrics import Metrics
 from kilolock.store.memory import MemoryStateStore
 from kilolock.tls import check_client_ca, mtls_service
@@ -38,6 +39,7 @@ from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
 from kilolock.web.control import MAX_CONTROL_BODY_BYTES
 from kilolock.web.control.api import ControlAPI
 from kilolock.web.control.tree import ControlSite, build_control_root
+from kilolock.web.edge import DEFAULT_LIMITS, EdgeLimits, edge_limits, option_parameters
 from kilolock.web.forwarded import parse_networks
 from kilolock.web.site import KilolockSite, build_root
 
@@ -82,6 +84,8 @@ class Settings:
     #: A PEM file of CAs: the C{ssl:} state lane then requires a client
     #: certificate signed by one of them (mTLS).
     tls_client_ca: str | None = None
+    #: The limits at the edge of every listener (L{kilolock.web.edge}).
+    edge: EdgeLimits = DEFAULT_LIMITS
 
     @classmethod
     def from_sources(cls, options: Mapping[str, Any],
@@ -120,6 +124,7 @@ class Settings:
             control_token=environ.get("KL_CONTROL_TOKEN", ""),
             public_url=pick("public-url", "KL_PUBLIC_URL", None),
             tls_client_ca=pick("tls-client-ca", "KL_TLS_CLIENT_CA", None),
+            edge=_edge_limits(lambda option, env: pick(option, env, None)),
         )
         settings.check()
         return settings
@@ -141,6 +146,10 @@ class Settings:
                 raise usage.UsageError(f"{name} must be a positive number of seconds")
         if self.shutdown_grace < 0:
             raise usage.UsageError("KL_SHUTDOWN_GRACE must not be negative")
+        try:
+            self.edge.check()
+        except ValueError as error:
+            raise usage.UsageError(str(error)) from None
         if self.prepared_statements not in ("on", "off"):
             raise usage.UsageError("--prepared-statements must be on or off")
         if self.log_format not in LOG_FORMATS:
@@ -221,6 +230,7 @@ class Options(usage.Options):
         ["tls-client-ca", None, None,
          "PEM file of CAs: the ssl: --listen endpoint then requires a client certificate"
          " signed by one of them [KL_TLS_CLIENT_CA]"],
+        *option_parameters(),
     ]
 
     def __init__(self) -> None:
@@ -240,6 +250,13 @@ class Options(usage.Options):
             # twistd builds its log observer from its --logger option after
             # the plugin's options are parsed: hand it the JSON observer.
             self.parent["logger"] = "kilolock.logs.json_log_observer"
+
+
+def _edge_limits(pick: Callable[[str, str], Any]) -> EdgeLimits:
+    try:
+        return edge_limits(pick)
+    except ValueError as error:
+        raise usage.UsageError(str(error)) from None
 
 
 def _number(kind: type[Any], name: str, value: Any) -> Any:
@@ -381,7 +398,8 @@ class HostedListeners(MultiService):
     C{--control-listen})."""
 
     def __init__(self, state: IService, settings: Settings, store: IStateStore,
-                 reactor: Any, state_listening: ListeningEndpoint | None = None) -> None:
+                 reactor: Any, state_listening: ListeningEndpoint | None = None,
+                 refusals: Any = None) -> None:
         super().__init__()
         self.settings = settings
         self.state = state
@@ -391,9 +409,11 @@ class HostedListeners(MultiService):
             build_control_root(api), max_body_bytes=MAX_CONTROL_BODY_BYTES,
             request_timeout=settings.request_timeout,
             trusted_proxies=parse_networks(settings.trusted_proxies),
+            edge=settings.edge, listener="control", refusals=refusals,
             timeout=settings.idle_timeout, reactor=reactor)
-        self.control: IService = endpoint_service(settings.control_listen, self.control_site,
-                                                  reactor=reactor)
+        self.control: IService = endpoint_service(
+            with_backlog(settings.control_listen, settings.edge.listen_backlog),
+            self.control_site, reactor=reactor)
         state.setServiceParent(self)
         self.control.setServiceParent(self)
 
@@ -437,17 +457,20 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
         request_timeout=settings.request_timeout,
         trusted_proxies=parse_networks(settings.trusted_proxies),
         metrics=metrics,
+        edge=settings.edge,
         timeout=settings.idle_timeout,
         reactor=reactor,
     )
-    listener = (endpoint_service(settings.listen, site, reactor=reactor)
+    listen = with_backlog(settings.listen, settings.edge.listen_backlog)
+    listener = (endpoint_service(listen, site, reactor=reactor)
                 if settings.tls_client_ca is None
-                else mtls_service(reactor, settings.listen, settings.tls_client_ca, site))
+                else mtls_service(reactor, listen, settings.tls_client_ca, site))
     listening = keeping_port(listener)
     web: IService = listener
     sites = [site]
     if settings.auth_mode == "database":
-        hosted = HostedListeners(listener, settings, store, reactor, listening)
+        hosted = HostedListeners(listener, settings, store, reactor, listening,
+                                 refusals=metrics.refusals)
         sites.append(hosted.control_site)
         web = hosted
     return KilolockService(StoreService(store), web, site, settings.shutdown_grace, reactor,
