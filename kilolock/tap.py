@@ -414,6 +414,8 @@ class HostedListeners(MultiService):
         self.control: IService = endpoint_service(
             with_backlog(settings.control_listen, settings.edge.listen_backlog),
             self.control_site, reactor=reactor)
+        #: The control listener's port, once listening.
+        self.control_listening = keeping_port(self.control)
         state.setServiceParent(self)
         self.control.setServiceParent(self)
 
