@@ -35,6 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import contextlib
+
 from http_client import Connection
 from large_state import big_state
 from servers import peak_rss_bytes, rss_bytes, running
@@ -86,10 +88,8 @@ async def post_once(port: int, path: str, body: bytes,
         return await answer
     finally:
         writer.close()
-        try:
+        with contextlib.suppress(ConnectionError, OSError):
             await writer.wait_closed()
-        except (ConnectionError, OSError):
-            pass
 
 
 async def upload(port: int, path: str, body: bytes) -> tuple[int, float]:

@@ -6,6 +6,7 @@ listen backlog reaching the endpoints."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from twisted.python import usage
 
 from kilolock.store.memory import MemoryStateStore
 from kilolock.tap import Settings, make_service_from_settings
-from kilolock.web.edge import EdgeLimits
+from kilolock.web.edge import DEFAULT_LIMITS, EdgeLimits
 
 CONTROL_TOKEN = "control-token-for-edge-tests-0123"
 
@@ -38,7 +39,7 @@ class Listeners:
         return self.state if listener == "state" else self.control
 
 
-def start(edge: EdgeLimits = EdgeLimits(), **settings: Any) -> Any:
+def start(edge: EdgeLimits = DEFAULT_LIMITS, **settings: Any) -> Any:
     from twisted.internet import reactor
 
     config = Settings(listen="tcp:0:interface=127.0.0.1", store="memory", edge=edge,
@@ -62,10 +63,8 @@ def exchange(port: int, payload: bytes, sock: socket.socket | None = None) -> by
     own = sock is None
     sock = sock or socket.create_connection(("127.0.0.1", port), timeout=10)
     try:
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
         received = b""
         while True:
             head, separator, body = received.partition(b"\r\n\r\n")
