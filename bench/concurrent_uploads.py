@@ -162,6 +162,7 @@ async def one_round(port: int, pid: int, bodies: list[bytes]) -> dict[str, float
         "peak_mb": peak / 1e6, "before_mb": before / 1e6, "after_mb": right_after / 1e6,
         "settled_mb": settled / 1e6, "elapsed_s": elapsed,
         "refused": float(sum(refused for refused, _ in outcomes)),
+        "most_refused": float(max(refused for refused, _ in outcomes)),
         "identical": float(identical),
         "probe_p50_ms": 1000 * statistics.median(latencies),
         "probe_p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
@@ -172,7 +173,8 @@ async def one_round(port: int, pid: int, bodies: list[bytes]) -> dict[str, float
 def report(label: str, result: dict[str, float]) -> None:
     print(f"{label}: peak RSS {result['peak_mb']:.0f} MB (before {result['before_mb']:.0f},"
           f" after {result['after_mb']:.0f}, 5 s later {result['settled_mb']:.0f});"
-          f" all stored in {result['elapsed_s']:.1f} s with {result['refused']:.0f} 503s;"
+          f" all stored in {result['elapsed_s']:.1f} s with {result['refused']:.0f} 503s"
+          f" (at most {result['most_refused']:.0f} for one upload);"
           f" byte-exact={bool(result['identical'])}; /healthz p50"
           f" {result['probe_p50_ms']:.1f} ms p99 {result['probe_p99_ms']:.1f} ms max"
           f" {result['probe_max_ms']:.1f} ms (n={result['probe_n']:.0f})", flush=True)
