@@ -151,6 +151,8 @@ async def one_round(port: int, pid: int, bodies: list[bytes]) -> dict[str, float
     right_after = rss_bytes(pid)
     await asyncio.sleep(5.0)
     settled = rss_bytes(pid)
+    await connection.close()  # idle for longer than the idle timeout, maybe
+    connection = await Connection.open(port)
     identical = True
     for index, body in enumerate(bodies):
         status, got = await connection.request("GET", f"/v1/states/big-{index}")

@@ -73,6 +73,10 @@ class KilolockChannel(HTTPChannel):
     site: Any = None
     #: Seconds a refused connection is drained before it is closed.
     linger_seconds = 5.0
+    #: The same for a connection over the per-client cap, refused before
+    #: its request: short, so that a client opening connections in a loop
+    #: cannot hold many of them this way.
+    cap_linger_seconds = 1.0
     #: Seconds a closed connection may take to flush its answer before it
     #: is aborted.
     abort_seconds = 5.0
@@ -118,7 +122,7 @@ class KilolockChannel(HTTPChannel):
         if connections is not None:
             connections.add(self)
         if not self._take_connection_slot():
-            self.refuse(too_many_connections(self.limits))
+            self.refuse(too_many_connections(self.limits), linger=self.cap_linger_seconds)
 
     def _take_connection_slot(self) -> bool:
         """Count this connection against its peer's cap; False when the cap
@@ -271,11 +275,12 @@ class KilolockChannel(HTTPChannel):
     # -- refusing --------------------------------------------------------------
 
     def refuse(self, refusal: Refusal, client: str | None = None,
-               drop_input: bool = True) -> None:
+               drop_input: bool = True, linger: float | None = None) -> None:
         """Answer C{refusal} now, count and log it, and close the connection
-        after C{linger_seconds}: meanwhile what the client sends is dropped
-        (or, with C{drop_input} false, left to the request refusing its own
-        body, which closes the connection as soon as that body has ended)."""
+        after C{linger} seconds (C{linger_seconds}): meanwhile what the
+        client sends is dropped (or, with C{drop_input} false, left to the
+        request refusing its own body, which closes the connection as soon
+        as that body has ended)."""
         if self._refused:
             return
         self._refused = True
@@ -286,7 +291,8 @@ class KilolockChannel(HTTPChannel):
         transport.write(refusal.response())
         if drop_input:
             self.setRawMode()
-        self._closing = self.callLater(self.linger_seconds, self._close_refused)
+        self._closing = self.callLater(self.linger_seconds if linger is None else linger,
+                                       self._close_refused)
 
     def _close_refused(self) -> None:
         transport: Any = self.transport
