@@ -8,6 +8,7 @@ do to memory is measured in bench/concurrent_uploads.py.)"""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from stub_client import state_body
@@ -118,7 +119,9 @@ def test_past_the_body_budget_a_large_request_gets_503_before_its_body_is_read()
     status, headers, body = answer(c_wire)
     assert (status, headers[b"retry-after"], headers[b"connection"]) == (503, b"1", b"close")
     assert body["error"]["code"] == "uploads_over_budget"
-    c.dataReceived(third)
+    c.dataReceived(third[:100])
+    assert lane.site.receiving == 2  # a refused body is not a request arriving
+    c.dataReceived(third[100:])
     assert c_wire.disconnecting and answer(c_wire)[0] == 503
     assert lane.stored("c") is None
     a.dataReceived(first[SIZE // 2:])
@@ -242,29 +245,37 @@ def test_one_large_body_is_admitted_whatever_its_size() -> None:
     assert budget.admit(5000) is None
 
 
-def test_retry_after_is_the_time_the_oldest_uploads_need_to_leave() -> None:
-    """Retry-After: the bytes that must leave for a refused body to fit,
-    at the processing speed measured so far (half the previous estimate,
-    half the last upload's), at least 1 s and at most 60 s."""
+def test_retry_after_is_the_time_the_bodies_ahead_need_to_leave() -> None:
+    """Retry-After: the time the bodies ahead of a refused one need to
+    leave -- the admitted ones, then those refused before it and not yet
+    due back -- at the processing speed measured (the first upload's, then
+    averaged), at least 1 s and at most 60 s.  Clients refused together are
+    so told to come back one after the other."""
     clock = Clock()
     budget = UploadBudget(LARGE, 10_000_000, 0, clock)
     first = budget.admit(8_000_000)
     assert first is not None
     budget.process(first)
-    clock.advance(4.0)  # 2 MB/s
+    clock.advance(4.0)
     budget.release(first)
-    assert budget.seconds_per_byte == (1 / 32e6 + 0.5e-6) / 2
-    oldest, newest = budget.admit(6_000_000), budget.admit(4_000_000)
-    assert oldest is not None and newest is not None
-    # 1 MB must leave for a 1 MB body: the oldest upload, 6 MB.
-    assert budget.retry_after(1_000_000) == 2  # ceil(6e6 * 2.66e-7 s)
-    # 7 MB must leave: the oldest and the newest, 10 MB.
-    assert budget.retry_after(7_000_000) == 3
-    # A body larger than everything admitted fits once all of it has left
-    # (one large body is always admitted when none is).
-    assert budget.retry_after(10**12) == 3
-    budget.seconds_per_byte = 1e-5  # as if the last uploads went at 100 kB/s
-    assert budget.retry_after(1_000_000) == 60
+    assert budget.seconds_per_byte == 0.5e-6  # 2 MB/s
+    assert budget.admit(5_000_000) is not None and budget.admit(5_000_000) is not None
+    assert [budget.refuse(5_000_000) for _ in range(3)] == [3, 5, 8]  # 5, 10, 15 MB ahead
+    clock.advance(3.0)  # the first refused body is due back: no longer ahead
+    assert budget.refuse(5_000_000) == 8
+    second = budget.admitted[0]
+    budget.process(second)
+    clock.advance(500.0)  # 10 kB/s: averaged with 2 MB/s, about 20 kB/s
+    budget.release(second)
+    assert budget.refuse(6_000_000) == 60  # 5 MB ahead
+
+
+def test_a_body_larger_than_the_budget_waits_for_everything_ahead() -> None:
+    """One large body is admitted when none is, so a body larger than the
+    whole budget is told to come back when everything ahead has left."""
+    budget = UploadBudget(LARGE, 10_000_000, 0, Clock())
+    assert budget.admit(4_000_000) is not None
+    assert budget.refuse(10**12) == math.ceil(4_000_000 / 32e6)
 
 
 def test_memory_is_given_back_when_the_last_large_upload_is_done() -> None:

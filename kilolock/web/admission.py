@@ -9,8 +9,8 @@ times its size.  So:
 
   - the B{body budget} bounds the bytes of large bodies admitted at once
     (arriving, waiting or being processed).  A large request past it is
-    refused before any of its body is read: 503 with C{Retry-After}, which
-    Terraform honours and retries.  Decided from C{Content-Length}, or for a
+    refused before any of its body is read: 503 with C{Retry-After} (see
+    L{UploadBudget.refuse}), which Terraform honours and retries.  Decided from C{Content-Length}, or for a
     chunked body when its running count reaches C{large_body_bytes} (and
     again as it grows);
   - the B{parse budget} bounds the bytes of large bodies being processed
@@ -66,7 +66,12 @@ class UploadBudget:
     on_change: Callable[[int, int, int], None] | None = None
     admitted: list[Admission] = field(factory=list)
     waiting: deque[tuple[Admission, Deferred[None]]] = field(factory=deque)
+    #: Refused bodies' sizes, and when they are due back (L{refuse}).
+    promised: list[tuple[int, float]] = field(factory=list)
+    #: The processing speed: the last upload's, averaged with the estimate
+    #: before it (L{INITIAL_BYTES_PER_SECOND} until one is measured).
     seconds_per_byte: float = 1 / INITIAL_BYTES_PER_SECOND
+    measured: bool = False
 
     @property
     def admitted_bytes(self) -> int:
@@ -82,7 +87,7 @@ class UploadBudget:
 
     def admit(self, size: int) -> Admission | None:
         """Admit a large body of C{size} bytes, or None when it is past the
-        body budget (answer L{retry_after} then)."""
+        body budget (then L{refuse} it)."""
         if not self._fits(self.body_budget, self.admitted_bytes, len(self.admitted), size):
             return None
         admission = Admission(size)
@@ -130,8 +135,10 @@ class UploadBudget:
                 del self.waiting[index]
                 break
         if admission.processing_since is not None and admission.size:
-            spent = self.clock.seconds() - admission.processing_since
-            self.seconds_per_byte = (self.seconds_per_byte + spent / admission.size) / 2
+            spent = (self.clock.seconds() - admission.processing_since) / admission.size
+            self.seconds_per_byte = (self.seconds_per_byte + spent) / 2 if self.measured \
+                else spent
+            self.measured = True
         started = self._start_waiting()
         self._changed()
         if admission.processing_since is not None and not started and \
@@ -147,18 +154,27 @@ class UploadBudget:
             started = True
         return started
 
-    def retry_after(self, size: int) -> int:
-        """Seconds after which a refused body of C{size} bytes may fit: the
-        time the oldest admitted bodies need to leave (at the processing
-        speed measured so far), between 1 and L{MAX_RETRY_AFTER}."""
-        excess = self.admitted_bytes + size - self.body_budget
-        leaving = 0
-        for admission in self.admitted:
-            if leaving >= excess:
+    def refuse(self, size: int) -> int:
+        """A body of C{size} bytes is refused now: the seconds after which
+        it may fit (its C{Retry-After}), between 1 and L{MAX_RETRY_AFTER}.
+
+        That is the time the bodies ahead of it need to leave, at the
+        processing speed measured so far: the admitted ones, oldest first,
+        then the ones refused before it and not yet due back (each refused
+        client is promised its turn, so that clients refused together do
+        not all come back at once to the room for one)."""
+        now = self.clock.seconds()
+        self.promised = [(ahead, due) for ahead, due in self.promised if due > now]
+        line = [admission.size for admission in self.admitted]
+        line += [ahead for ahead, _ in self.promised]
+        in_line, leaving = sum(line), 0
+        for ahead in line:
+            if in_line - leaving + size <= self.body_budget:
                 break
-            leaving += admission.size
-        seconds = math.ceil(leaving * self.seconds_per_byte)
-        return max(1, min(MAX_RETRY_AFTER, seconds))
+            leaving += ahead
+        seconds = max(1, min(MAX_RETRY_AFTER, math.ceil(leaving * self.seconds_per_byte)))
+        self.promised.append((size, now + seconds))
+        return seconds
 
     def _changed(self) -> None:
         if self.on_change is not None:

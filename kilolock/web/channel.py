@@ -158,7 +158,7 @@ class KilolockChannel(HTTPChannel):
     def dataReceived(self, data: bytes) -> None:
         if self._dropping:
             return
-        if not self._receiving and not self._handlingRequest:
+        if not self._receiving and not self._handlingRequest and not self._refused:
             # The first byte of a request: it counts as in flight from now
             # on (a graceful shutdown waits for it), and its deadlines start.
             self._receiving = True

@@ -106,7 +106,7 @@ class KilolockRequest(Request):
         else:
             admitted = budget.grow(self._admission, size)
         if not admitted:
-            self._refuse(over_budget(budget.retry_after(size)))
+            self._refuse(over_budget(budget.refuse(size)))
         return admitted
 
     def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
