@@ -16,7 +16,8 @@ C{/healthz} p50/p99/max, and whether every state reads back byte-exact.
 C{default} runs the server with its default budgets (every upload is
 admitted, their bodies wait on disk and are processed one at a time);
 C{tight} with a body budget of 400 MB (two uploads admitted, the others
-answered 503 and retried); C{unbounded} with C{--body-budget-bytes 0
+answered 503 and retried); C{two} with a parse budget of 320 MB (two
+uploads processed at once); C{unbounded} with C{--body-budget-bytes 0
 --parse-budget-bytes 0} (no admission control: the baseline, measured in
 the same run).  The medians of the rounds are
 printed at the end.
@@ -44,6 +45,7 @@ from servers import peak_rss_bytes, rss_bytes, running
 CONFIGS = {
     "default": [],
     "tight": ["--body-budget-bytes", "400000000"],
+    "two": ["--parse-budget-bytes", "320000000"],
     "unbounded": ["--body-budget-bytes", "0", "--parse-budget-bytes", "0"],
 }
 CHUNK = 1 << 20
@@ -188,7 +190,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--resources", type=int, default=62_800)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--configs", default="default,tight,unbounded")
+    parser.add_argument("--configs", default="default,tight,two,unbounded")
     args = parser.parse_args()
     template = big_state(args.resources)
     lineage = template.split(b'"lineage": "', 1)[1][:36]

@@ -23,7 +23,7 @@ from kilolock.auth import OpenChecker, build_portal
 from kilolock.metrics import Metrics
 from kilolock.model import DEFAULT_TENANT, StateKey
 from kilolock.store.memory import MemoryStateStore
-from kilolock.web.admission import UploadBudget
+from kilolock.web.admission import INITIAL_BYTES_PER_SECOND, UploadBudget
 from kilolock.web.edge import EdgeLimits
 from kilolock.web.site import KilolockSite, build_root
 
@@ -275,7 +275,19 @@ def test_a_body_larger_than_the_budget_waits_for_everything_ahead() -> None:
     whole budget is told to come back when everything ahead has left."""
     budget = UploadBudget(LARGE, 10_000_000, 0, Clock())
     assert budget.admit(4_000_000) is not None
-    assert budget.refuse(10**12) == math.ceil(4_000_000 / 32e6)
+    assert budget.refuse(10**12) == math.ceil(4_000_000 / INITIAL_BYTES_PER_SECOND)
+
+
+def test_retry_after_heeds_an_upload_slower_than_those_measured() -> None:
+    """An upload still being processed after longer than the measured
+    speed allows sets the pace: its time so far per byte is a lower bound."""
+    clock = Clock()
+    budget = UploadBudget(LARGE, 10_000_000, 0, clock)
+    slow = budget.admit(8_000_000)
+    assert slow is not None
+    budget.process(slow)
+    clock.advance(40.0)  # 5 us per byte so far, and not done
+    assert budget.refuse(4_000_000) == 40
 
 
 def test_memory_is_given_back_when_the_last_large_upload_is_done() -> None:

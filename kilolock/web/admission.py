@@ -10,9 +10,9 @@ times its size.  So:
   - the B{body budget} bounds the bytes of large bodies admitted at once
     (arriving, waiting or being processed).  A large request past it is
     refused before any of its body is read: 503 with C{Retry-After} (see
-    L{UploadBudget.refuse}), which Terraform honours and retries.  Decided from C{Content-Length}, or for a
-    chunked body when its running count reaches C{large_body_bytes} (and
-    again as it grows);
+    L{UploadBudget.refuse}), which Terraform honours and retries.  Decided
+    from C{Content-Length}, or for a chunked body when its running count
+    reaches C{large_body_bytes} (and again as it grows);
   - the B{parse budget} bounds the bytes of large bodies being processed
     at once.  An admitted request whose body is complete waits its turn,
     first come first served, until it fits.
@@ -34,8 +34,10 @@ from typing import Any
 from attrs import define, field
 from twisted.internet.defer import Deferred, succeed
 
-#: The processing speed assumed before a large upload has been measured.
-INITIAL_BYTES_PER_SECOND = 32e6
+#: The processing speed assumed before a large upload has been measured
+#: (about half of what two cores do when idle: a wait too long costs less
+#: than one too short, which Terraform's three attempts may not survive).
+INITIAL_BYTES_PER_SECOND = 16e6
 #: The longest C{Retry-After} answered, in seconds.
 MAX_RETRY_AFTER = 60
 
@@ -159,11 +161,16 @@ class UploadBudget:
         it may fit (its C{Retry-After}), between 1 and L{MAX_RETRY_AFTER}.
 
         That is the time the bodies ahead of it need to leave, at the
-        processing speed measured so far: the admitted ones, oldest first,
-        then the ones refused before it and not yet due back (each refused
-        client is promised its turn, so that clients refused together do
-        not all come back at once to the room for one)."""
-        now = self.clock.seconds()
+        processing speed measured so far (or the speed of an upload being
+        processed now, when that is slower): the admitted ones, oldest
+        first, then the ones refused before it and not yet due back (each
+        refused client is promised its turn, so that clients refused
+        together do not all come back at once to the room for one)."""
+        now: float = self.clock.seconds()
+        seconds_per_byte: float = max([self.seconds_per_byte] + [
+            (now - admission.processing_since) / admission.size
+            for admission in self.admitted
+            if admission.processing_since is not None and admission.size])
         self.promised = [(ahead, due) for ahead, due in self.promised if due > now]
         line = [admission.size for admission in self.admitted]
         line += [ahead for ahead, _ in self.promised]
@@ -172,7 +179,7 @@ class UploadBudget:
             if in_line - leaving + size <= self.body_budget:
                 break
             leaving += ahead
-        seconds = max(1, min(MAX_RETRY_AFTER, math.ceil(leaving * self.seconds_per_byte)))
+        seconds = max(1, min(MAX_RETRY_AFTER, math.ceil(leaving * seconds_per_byte)))
         self.promised.append((size, now + seconds))
         return seconds
 
