@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import contextlib
 
 from http_client import Connection
-from large_state import big_state
+from large_state import big_state, small_get_loop
 from servers import peak_rss_bytes, rss_bytes, running
 
 CONFIGS = {
@@ -117,20 +117,6 @@ async def upload(port: int, path: str, body: bytes) -> tuple[int, float]:
         waited += delay
 
 
-async def probe_loop(port: int, stop: asyncio.Event, latencies: list[float]) -> None:
-    connection = await Connection.open(port)
-    try:
-        while not stop.is_set():
-            started = time.monotonic()
-            status, _ = await connection.request("GET", "/healthz")
-            latencies.append(time.monotonic() - started)
-            if status != 200:
-                raise RuntimeError(f"/healthz answered {status}")
-            await asyncio.sleep(0.02)
-    finally:
-        await connection.close()
-
-
 async def one_round(port: int, pid: int, bodies: list[bytes]) -> dict[str, float]:
     connection = await Connection.open(port)
     status, _ = await connection.request(
@@ -141,7 +127,7 @@ async def one_round(port: int, pid: int, bodies: list[bytes]) -> dict[str, float
     before = rss_bytes(pid)
     stop = asyncio.Event()
     latencies: list[float] = []
-    probe = asyncio.create_task(probe_loop(port, stop, latencies))
+    probe = asyncio.create_task(small_get_loop(port, stop, latencies, "/healthz"))
     await asyncio.sleep(0.5)
     started = time.monotonic()
     outcomes = await asyncio.gather(*(upload(port, f"/v1/states/big-{index}", body)
