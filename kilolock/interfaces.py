@@ -23,17 +23,22 @@ if TYPE_CHECKING:
         HeldLock,
         IssuedToken,
         LockInfo,
+        OidcPolicyRecord,
+        OidcTenant,
         Principal,
         Projection,
         ResourceMatch,
         ResourceQuery,
         StateKey,
+        StateListQuery,
+        StatePage,
         StateSummary,
         StateUpload,
         StateVersion,
         StoreProbe,
         Tenant,
         TenantDeletion,
+        UiSession,
         Workspace,
         WriteOutcome,
     )
@@ -103,17 +108,20 @@ class IStateStore(Interface):
         """Lock C{key} with C{info} (a L{LockInfo}), creating the state row if
         needed.  A LOCK with the holder's own ID is an idempotent success.
         L{LockConflict} (423, the holder's bytes) when someone else holds it.
+        The lock records C{principal.oidc_token_digest} (see L{HeldLock}).
 
         @return: a Deferred firing with True when newly acquired, False for the
             idempotent replay.
         """
 
-    def release_lock(key: StateKey, lock_id: str | None,
-                     principal: Principal) -> Deferred[HeldLock | None]:
+    def release_lock(key: StateKey, lock_id: str | None, principal: Principal,
+                     event_detail: Mapping[str, Any] | None = None,
+                     ) -> Deferred[HeldLock | None]:
         """Release the lock.  C{lock_id} str: owner release (idempotent when no
         lock is held; L{LockConflict} 409 when another ID holds it).
         C{lock_id} None: force release of whatever is held, audited as
-        C{lock_force_release}.
+        C{lock_force_release}.  C{event_detail} adds keys to the event's
+        detail (the dashboard marks its force releases).
 
         @return: a Deferred firing with the released L{HeldLock}, or None when
             nothing was held.
@@ -129,6 +137,12 @@ class IStateStore(Interface):
     def list_states(tenant: str) -> Deferred[list[StateSummary]]:
         """@return: a Deferred firing with the tenant's L{StateSummary} list,
         ordered by path."""
+
+    def list_states_page(tenant: str, query: StateListQuery) -> Deferred[StatePage]:
+        """One page of the tenant's states (see L{StateListQuery}), each with
+        the event that wrote its current version.
+
+        @return: a Deferred firing with a L{StatePage}."""
 
     def list_versions(key: StateKey) -> Deferred[list[StateVersion]]:
         """@return: a Deferred firing with the L{StateVersion} list of C{key},
@@ -161,6 +175,24 @@ class IStateStore(Interface):
         """Append a control-plane event to the tenant's chain.
 
         @return: a Deferred firing with the new L{AuditEvent}."""
+
+
+class ISessionStore(Interface):
+    """The dashboard's browser sessions, kept where the states are, so every
+    Kilolock process on one database knows them.  Both stores provide it."""
+
+    def create_session(session: UiSession) -> Deferred[None]:
+        """Keep C{session}; sessions expired by its C{created_at} are dropped
+        in the same transaction.  @return: a Deferred firing with None."""
+
+    def find_session(id_hash: str, now: datetime) -> Deferred[UiSession | None]:
+        """@return: a Deferred firing with the session whose cookie secret
+        has SHA-256 C{id_hash}, or None when there is none or it expired by
+        C{now}."""
+
+    def delete_session(id_hash: str) -> Deferred[None]:
+        """Forget a session (sign-out); nothing when there is none.
+        @return: a Deferred firing with None."""
 
 
 class IHealthCheck(Interface):
@@ -266,3 +298,47 @@ class ITenantStore(Interface):
         token does not make every request a write).
 
         @return: a Deferred firing with the L{ApiToken} or None."""
+
+    def refused_token_reason(token_hash: str) -> Deferred[str]:
+        """Why L{authenticate_token} found no live token with this hash, for
+        the access log (asked only after a refusal).
+
+        @return: a Deferred firing with C{"unknown_token"},
+            C{"revoked_token"} or C{"tenant_deleted"}."""
+
+
+class IOidcPolicyStore(Interface):
+    """Hosted mode: each tenant's OIDC policy (trusted issuers and rules for
+    CI tokens).  Both stores provide it next to L{IStateStore}.
+
+    The store keeps the document as text; the control API validates it
+    (L{kilolock.oidc.validation}).  Setting and removing a policy append
+    C{oidc_policy_set} / C{oidc_policy_delete} to the tenant's chain in the
+    same transaction.  C{tenant} names a tenant by slug or id, as in
+    L{ITenantStore}; an unknown (or, for changes, deleted) one is
+    L{kilolock.errors.TenantNotFound}.
+    """
+
+    def get_oidc_policy(tenant: str) -> Deferred[OidcPolicyRecord | None]:
+        """@return: a Deferred firing with the tenant's L{OidcPolicyRecord},
+        or None when it has none."""
+
+    def put_oidc_policy(tenant: str, document: str,
+                        actor: Principal) -> Deferred[OidcPolicyRecord]:
+        """Set (or replace) the tenant's policy: C{document} is the canonical
+        JSON text of a validated policy.
+
+        @return: a Deferred firing with the stored L{OidcPolicyRecord}."""
+
+    def delete_oidc_policy(tenant: str, actor: Principal) -> Deferred[OidcPolicyRecord | None]:
+        """Remove the tenant's policy (no event when it had none).
+
+        @return: a Deferred firing with the removed record, or None."""
+
+    def oidc_tenant_of_workspace(workspace_id: str) -> Deferred[OidcTenant | None]:
+        """What verifying a CI token for a state of workspace C{workspace_id}
+        needs: the live tenant owning it, its policy, its workspaces and
+        environments.
+
+        @return: a Deferred firing with the L{OidcTenant}, or None when no
+            live tenant has that workspace."""

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attrs import field, frozen
 
 from kilolock.errors import InvalidLockInfo
+
+if TYPE_CHECKING:
+    from kilolock.oidc_access import OidcAccess
 
 #: The tenant every request belongs to in the C{open} and C{static} auth modes.
 DEFAULT_TENANT = "default"
@@ -70,10 +73,19 @@ class Principal:
     #: The username of Basic credentials (None for Bearer): in the database
     #: auth mode it must be the token's workspace_id.
     basic_username: str | None = None
+    #: A CI job's OIDC token: its grants, its identity for the audit trail,
+    #: its digest (recorded with the locks it takes).  None for any other
+    #: credential.
+    oidc: OidcAccess | None = field(default=None, eq=False)
 
     @property
     def can_write(self) -> bool:
         return self.scope == "write"
+
+    @property
+    def oidc_token_digest(self) -> str | None:
+        """What a lock taken by this principal records of its credential."""
+        return None if self.oidc is None else self.oidc.token_digest
 
 
 @frozen
@@ -122,6 +134,9 @@ class HeldLock:
     info: LockInfo
     acquired_at: datetime
     principal: str
+    #: The SHA-256 of the OIDC token that took the lock (None for any other
+    #: credential): an expired CI token may finish the work it locked.
+    token_digest: str | None = field(default=None, repr=False)
 
 
 @frozen
@@ -403,3 +418,87 @@ class TenantDeletion:
     tenant: Tenant
     deleted_states: tuple[str, ...]
     revoked_tokens: tuple[str, ...]
+
+
+# -- the dashboard (issue 16): paged state listings and browser sessions -------
+
+#: What a state listing can be sorted by (L{StateListQuery.sort}).
+STATE_SORTS = ("name", "updated", "serial", "resources", "size", "locked")
+
+
+@frozen
+class StateListQuery:
+    """One page of a tenant's states: those whose path contains
+    C{name_contains} (case-insensitive) and starts with C{path_prefix} (a
+    scoped token's C{ws/env/}), sorted by C{sort} (one of L{STATE_SORTS};
+    ties by path), C{limit} of them from C{offset}."""
+
+    name_contains: str | None = None
+    path_prefix: str | None = None
+    sort: str = "name"
+    descending: bool = False
+    offset: int = 0
+    limit: int = 50
+
+
+@frozen
+class StateListing:
+    """A state of a listing page, with the event that wrote its current
+    version (None when no version, or the event is gone with the chain's
+    earlier states)."""
+
+    summary: StateSummary
+    last_write: AuditEvent | None = None
+
+
+@frozen
+class StatePage:
+    """A page of states and how many match the query in all."""
+
+    listings: tuple[StateListing, ...]
+    total: int
+
+
+@frozen
+class UiSession:
+    """A signed-in browser: who it is, found by the SHA-256 of its cookie's
+    secret (the secret itself is never stored).  C{credential_digest} is the
+    SHA-256 of the token it signed in with (checked again on every request,
+    so revoking the token ends the session); C{csrf} the token its forms
+    carry."""
+
+    id_hash: str
+    principal: Principal
+    credential_digest: str | None
+    csrf: str
+    created_at: datetime
+    expires_at: datetime
+
+
+# -- CI identity: OIDC policies of hosted tenants (issue 15) -------------------
+
+#: Event kinds of a tenant's OIDC policy being set or removed.
+OIDC_POLICY_SET = "oidc_policy_set"
+OIDC_POLICY_DELETE = "oidc_policy_delete"
+
+
+@frozen
+class OidcPolicyRecord:
+    """A hosted tenant's stored OIDC policy: the canonical JSON text of a
+    validated document (L{kilolock.oidc.validation.validate_policy})."""
+
+    tenant_id: str
+    document: str
+    updated_at: datetime
+
+
+@frozen
+class OidcTenant:
+    """What verifying a CI token for a hosted state needs of the tenant that
+    owns the workspace: the tenant, its policy (None: it has none), and its
+    workspaces and environments (grants may name them by id or by name)."""
+
+    tenant_id: str
+    document: str | None
+    workspaces: tuple[Workspace, ...] = ()
+    environments: tuple[Environment, ...] = ()

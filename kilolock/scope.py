@@ -12,8 +12,20 @@ of hosted mode is scoped to one workspace/environment:
   - a one-segment name is a state of the token's workspace/environment:
     C{prod} is C{{workspace_id}/{env_public_id}/prod}.
 
-A read-only token may only read (403 on anything that writes).  The checks
-run in that order: the username, the address, then the write.
+A read-only token may only read (403 on anything that writes).  An
+outputs-only token may only read TFE workspaces and their non-sensitive
+outputs: every other request is 403 (a request names what it needs with
+C{outputs=True}).  The checks run in that order: the username, the
+address, then the scope.
+
+A CI job's OIDC token (L{kilolock.oidc_access}) addresses its tenant's
+states as given, and its rules' grants decide, state by state, whether it
+may read, write or only read outputs (403 otherwise); an expired one (within
+the lock grace) may only finish the work it locked, which the lane checks
+against the state's lock (C{finishing}).
+
+Every refusal names its reason (C{wrong_basic_username}, C{wrong_environment},
+C{read_only}, C{oidc_...}): the access log says why.
 
 Pure: no Twisted, no I/O.  Both state lanes (L{kilolock.web.states} and
 L{kilolock.web.native}) call it.
@@ -24,7 +36,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kilolock.errors import Forbidden
+from kilolock.hosted import OUTPUTS_SCOPE
 from kilolock.model import Principal, StateKey
+from kilolock.oidc.policy import Access
 
 __all__ = ["check_caller", "in_scope", "scope_prefix", "state_key"]
 
@@ -32,20 +46,35 @@ __all__ = ["check_caller", "in_scope", "scope_prefix", "state_key"]
 def _check_username(principal: Principal) -> None:
     if (principal.workspace_id is not None and principal.basic_username is not None
             and principal.basic_username != principal.workspace_id):
-        raise Forbidden("the Basic username must be the token's workspace_id")
+        raise Forbidden("the Basic username must be the token's workspace_id",
+                        reason="wrong_basic_username")
 
 
-def _check_write(principal: Principal, write: bool) -> None:
+def _check_scope(principal: Principal, write: bool, outputs: bool) -> None:
+    if principal.scope == OUTPUTS_SCOPE and not outputs:
+        raise Forbidden("this token may only read TFE workspaces and non-sensitive outputs",
+                        reason="outputs_only")
     if write and not principal.can_write:
-        raise Forbidden("this token is read-only")
+        raise Forbidden("this token is read-only", reason="read_only")
 
 
-def state_key(principal: Principal, segments: Sequence[str], write: bool) -> StateKey:
+def state_key(principal: Principal, segments: Sequence[str], write: bool, *,
+              outputs: bool = False, access: Access | None = None,
+              finishing: bool = False) -> StateKey:
     """The caller's state at the validated path C{segments} (one or three).
 
+    @param outputs: the request reads nothing but the workspace and its
+        non-sensitive outputs (an outputs-only token may make it).
+    @param access: what an OIDC token's grants must allow (default: write
+        for C{write}, else read; C{outputs-only} for a read of outputs).
+    @param finishing: the request writes under a lock or releases one: an
+        expired OIDC token passes here, and the caller checks that it holds
+        the lock (L{kilolock.oidc_access.OidcAccess.require_finishing}).
     @raise Forbidden: a Basic username that is not the token's workspace, an
-        address outside the token's workspace/environment, or a write with a
-        read-only token.
+        address outside the token's workspace/environment, a write with a
+        read-only token, or anything but C{outputs} with an outputs-only one;
+        an OIDC token whose grants do not allow C{access} (L{kilolock.errors.Denied},
+        401 for an expired one).
     """
     _check_username(principal)
     path = "/".join(segments)
@@ -54,19 +83,27 @@ def state_key(principal: Principal, segments: Sequence[str], write: bool) -> Sta
         if len(segments) == 1:
             path = "/".join((*scope, segments[0]))
         elif tuple(segments[:2]) != scope:
-            raise Forbidden("this token does not grant access to that workspace/environment")
-    _check_write(principal, write)
+            raise Forbidden("this token does not grant access to that workspace/environment",
+                            reason="wrong_environment")
+    _check_scope(principal, write, outputs)
+    oidc = principal.oidc
+    if oidc is not None and not (finishing and oidc.expired):
+        oidc.require(path, access or (Access.WRITE if write else
+                                      Access.OUTPUTS_ONLY if outputs else Access.READ))
     return StateKey(principal.tenant, path)
 
 
-def check_caller(principal: Principal, write: bool) -> None:
+def check_caller(principal: Principal, write: bool, outputs: bool = False) -> None:
     """The rules of L{state_key} for a request that names no state (a
-    listing, a search): the Basic username, then the write.
+    listing, a search): the Basic username, then the scope.
 
-    @raise Forbidden: when either rule refuses.
+    @raise Forbidden: when either rule refuses; an expired OIDC token is
+        refused too (it may only finish locked work).
     """
     _check_username(principal)
-    _check_write(principal, write)
+    _check_scope(principal, write, outputs)
+    if principal.oidc is not None:
+        principal.oidc.require_fresh()
 
 
 def scope_prefix(principal: Principal) -> str | None:
@@ -79,6 +116,9 @@ def scope_prefix(principal: Principal) -> str | None:
 
 def in_scope(principal: Principal, path: str | None) -> bool:
     """Whether the state at C{path} is one the principal may see in a listing
-    (an event about no state is outside every token's scope)."""
+    (an event about no state is outside every token's scope; an OIDC token
+    sees the states its grants let it read)."""
+    if principal.oidc is not None:
+        return path is not None and principal.oidc.allows(path, Access.READ)
     prefix = scope_prefix(principal)
     return prefix is None or (path is not None and path.startswith(prefix))

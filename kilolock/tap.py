@@ -33,6 +33,9 @@ from kilolock.auth import (
 from kilolock.interfaces import IStateStore, ITenantStore
 from kilolock.listening import with_backlog
 from kilolock.metrics import Metrics
+from kilolock.oidc.grace import DEFAULT_GRACE, MAX_GRACE
+from kilolock.oidc_auth import oidc_checker
+from kilolock.oidc_settings import check_oidc_settings, oidc_policy_source
 from kilolock.store.memory import MemoryStateStore
 from kilolock.tls import check_client_ca, mtls_service
 from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
@@ -42,6 +45,8 @@ from kilolock.web.control.tree import ControlSite, build_control_root
 from kilolock.web.edge import DEFAULT_LIMITS, EdgeLimits, edge_limits, option_parameters
 from kilolock.web.forwarded import parse_networks
 from kilolock.web.site import KilolockSite, build_root
+from kilolock.web.ui.sessions import DEFAULT_SESSION_SECONDS
+from kilolock.web.ui.tree import UiOptions
 
 log = Logger()
 
@@ -86,6 +91,17 @@ class Settings:
     tls_client_ca: str | None = None
     #: The limits at the edge of every listener (L{kilolock.web.edge}).
     edge: EdgeLimits = DEFAULT_LIMITS
+    #: The dashboard at /ui/ ("on") or not ("off"), and how long its
+    #: sessions last.
+    ui: str = "on"
+    ui_session_seconds: float = DEFAULT_SESSION_SECONDS
+    # CI identity (OIDC tokens): the static mode's policy file, and the
+    # seconds an expired token may still finish the work it locked.
+    oidc_config: str | None = None
+    oidc_lock_grace: float = DEFAULT_GRACE
+    #: For Kilolock's own tests only: a file holding the time CI tokens are
+    #: verified at (KL_TESTING_OIDC_CLOCK_FILE, no command-line option).
+    testing_oidc_clock_file: str | None = None
 
     @classmethod
     def from_sources(cls, options: Mapping[str, Any],
@@ -125,6 +141,13 @@ class Settings:
             public_url=pick("public-url", "KL_PUBLIC_URL", None),
             tls_client_ca=pick("tls-client-ca", "KL_TLS_CLIENT_CA", None),
             edge=_edge_limits(lambda option, env: pick(option, env, None)),
+            ui=pick("ui", "KL_UI", "on"),
+            ui_session_seconds=_number(float, "KL_UI_SESSION_SECONDS", pick(
+                "ui-session-seconds", "KL_UI_SESSION_SECONDS", DEFAULT_SESSION_SECONDS)),
+            oidc_config=pick("oidc-config", "KL_OIDC_CONFIG", None),
+            oidc_lock_grace=_number(float, "KL_OIDC_LOCK_GRACE", pick(
+                "oidc-lock-grace", "KL_OIDC_LOCK_GRACE", DEFAULT_GRACE)),
+            testing_oidc_clock_file=environ.get("KL_TESTING_OIDC_CLOCK_FILE") or None,
         )
         settings.check()
         return settings
@@ -134,8 +157,10 @@ class Settings:
             raise usage.UsageError(f"--store must be one of {', '.join(STORES)}")
         if self.auth_mode not in AUTH_MODES:
             raise usage.UsageError(f"KL_AUTH_MODE must be one of {', '.join(AUTH_MODES)}")
-        if self.auth_mode == "static" and not self.auth_token:
-            raise usage.UsageError("KL_AUTH_MODE=static needs KL_AUTH_TOKEN")
+        if self.auth_mode == "static" and not (self.auth_token or self.oidc_config):
+            raise usage.UsageError("KL_AUTH_MODE=static needs KL_AUTH_TOKEN, --oidc-config,"
+                                   " or both")
+        check_oidc_settings(self.auth_mode, self.oidc_config, self.oidc_lock_grace)
         if self.auth_mode == "database":
             self._check_hosted()
         if self.max_body_bytes <= 0:
@@ -152,6 +177,10 @@ class Settings:
             raise usage.UsageError(str(error)) from None
         if self.prepared_statements not in ("on", "off"):
             raise usage.UsageError("--prepared-statements must be on or off")
+        if self.ui not in ("on", "off"):
+            raise usage.UsageError("--ui must be on or off")
+        if self.ui_session_seconds <= 0:
+            raise usage.UsageError("KL_UI_SESSION_SECONDS must be a positive number of seconds")
         if self.log_format not in LOG_FORMATS:
             raise usage.UsageError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
         try:
@@ -225,12 +254,23 @@ class Options(usage.Options):
          "Twisted endpoint of the control API (database auth mode only)"
          " [KL_CONTROL_LISTEN, default tcp:8090]"],
         ["public-url", None, None,
-         "the state lane's URL as tenants reach it, for the backend blocks the control API"
-         " hands out [KL_PUBLIC_URL, default http://<control API host>:<listen port>]"],
+         "the state lane's URL as clients reach it, for the backend blocks the control API"
+         " hands out and the TFE lane's download and upload URLs [KL_PUBLIC_URL, default"
+         " the control API's host with the listen port; on the TFE lane the request's"
+         " own scheme and Host]"],
         ["tls-client-ca", None, None,
          "PEM file of CAs: the ssl: --listen endpoint then requires a client certificate"
          " signed by one of them [KL_TLS_CLIENT_CA]"],
         *option_parameters(),
+        ["ui", None, None, "on or off: the dashboard at /ui/ [KL_UI, default on]"],
+        ["ui-session-seconds", None, None, "seconds a dashboard session lasts from sign-in"
+         f" [KL_UI_SESSION_SECONDS, default {DEFAULT_SESSION_SECONDS}]"],
+        ["oidc-config", None, None,
+         "TOML (or .json) file of trusted OIDC issuers and rules for CI tokens (static auth"
+         " mode; see docs/ci-identity.md) [KL_OIDC_CONFIG]"],
+        ["oidc-lock-grace", None, None,
+         "seconds after its expiry a CI token may still write and unlock the lock it took,"
+         f" 0 to {MAX_GRACE:.0f} [KL_OIDC_LOCK_GRACE, default {DEFAULT_GRACE:.0f}]"],
     ]
 
     def __init__(self) -> None:
@@ -293,11 +333,16 @@ def build_store(settings: Settings, reactor: Any) -> IStateStore:
     return postgres_store_from_settings(settings, reactor)
 
 
-def build_portal_for(settings: Settings, store: IStateStore) -> Any:
+def build_portal_for(settings: Settings, store: IStateStore, reactor: Any = None) -> Any:
+    """The portal of the auth mode's checker, with the checker of CI tokens
+    in the database mode and in a static mode with C{--oidc-config}."""
+    oidc = oidc_policy_source(settings.auth_mode, settings.oidc_config, store)
+    extra = [] if oidc is None else [oidc_checker(
+        oidc, reactor, settings.oidc_lock_grace, settings.testing_oidc_clock_file)]
     if settings.auth_mode == "static":
-        return build_portal(StaticTokenChecker(settings.auth_token))
+        return build_portal(StaticTokenChecker(settings.auth_token or None), *extra)
     if settings.auth_mode == "database":
-        return build_portal(DatabaseTokenChecker(ITenantStore(store)))
+        return build_portal(DatabaseTokenChecker(ITenantStore(store)), *extra)
     return build_portal(OpenChecker())
 
 
@@ -411,11 +456,12 @@ class HostedListeners(MultiService):
             trusted_proxies=parse_networks(settings.trusted_proxies),
             edge=settings.edge, listener="control", refusals=refusals,
             timeout=settings.idle_timeout, reactor=reactor)
-        self.control: IService = endpoint_service(
+        control = endpoint_service(
             with_backlog(settings.control_listen, settings.edge.listen_backlog),
             self.control_site, reactor=reactor)
-        #: The control listener's port, once listening.
-        self.control_listening = keeping_port(self.control)
+        #: The control API's listening port, once listening.
+        self.control_listening = keeping_port(control)
+        self.control: IService = control
         state.setServiceParent(self)
         self.control.setServiceParent(self)
 
@@ -451,10 +497,14 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
         reactor = default_reactor
     if store is None:
         store = build_store(settings, reactor)
-    portal = build_portal_for(settings, store)
+    portal = build_portal_for(settings, store, reactor)
     metrics = Metrics.create()
     site = KilolockSite(
-        build_root(store, portal, reactor, metrics=metrics, auth_mode=settings.auth_mode),
+        build_root(store, portal, reactor, metrics=metrics, auth_mode=settings.auth_mode,
+                   ui=None if settings.ui == "off" else UiOptions(
+                       static_token=settings.auth_token,
+                       session_seconds=settings.ui_session_seconds),
+                   public_url=settings.public_url),
         max_body_bytes=settings.max_body_bytes,
         request_timeout=settings.request_timeout,
         trusted_proxies=parse_networks(settings.trusted_proxies),

@@ -156,7 +156,7 @@ class Discovery:
             raise KlError(
                 EXIT_PROTOCOL, f"rejected the discovery document of {base}:"
                 f" it advertises percent-encoded paths ({', '.join(sorted(encoded))});"
-                " Kilolock paths are plain segments (ADR 0018 rule 1)")
+                " Kilolock paths are plain segments, never a percent-encoded slash")
         return document
 
     def _probe(self, probe: LaneProbe) -> None:

@@ -28,7 +28,7 @@ from kilolock.audit import (
     write_detail,
 )
 from kilolock.errors import StateNotFound
-from kilolock.interfaces import IStateStore, ITenantStore
+from kilolock.interfaces import IOidcPolicyStore, ISessionStore, IStateStore, ITenantStore
 from kilolock.model import (
     LOCK_ACQUIRE,
     STATE_DELETE,
@@ -36,21 +36,31 @@ from kilolock.model import (
     AuditEvent,
     HeldLock,
     LockInfo,
+    OidcPolicyRecord,
+    OidcTenant,
     Principal,
     Projection,
     ResourceMatch,
     ResourceQuery,
     StateKey,
+    StateListing,
+    StateListQuery,
+    StatePage,
     StateSummary,
     StateUpload,
     StateVersion,
     StoreProbe,
+    UiSession,
     WriteOutcome,
     utcnow,
 )
 from kilolock.resource_query import check_query, row_matches, state_matches
+from kilolock.state_listing import check_listing, listed, sort_and_page, writer_of
 from kilolock.state_rules import Replay, holder_of
+from kilolock.store.memory_oidc import MemoryOidcPolicies
 from kilolock.store.memory_tenants import MemoryTenants
+from kilolock.store.memory_tfe import MemoryTFE
+from kilolock.tfe.interfaces import ITFEStore
 
 
 @define
@@ -76,24 +86,36 @@ class StoredState:
         return self.versions[-1] if self.versions else None
 
 
-@implementer(IStateStore, ITenantStore)
+@implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore)
 @define
-class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ignore[misc]
+class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
+                       proxyForInterface(ITFEStore, "tfe")):  # type: ignore[misc]
     """Every state, version, lock and event of every tenant, in dicts.
 
-    L{ITenantStore} is forwarded to L{tenants} (Twisted's
-    C{proxyForInterface}: mypy cannot follow a base class made at run time),
-    which shares the states and the audit chain.
+    L{ITenantStore} is forwarded to L{tenants} and L{ITFEStore} to L{tfe}
+    (Twisted's C{proxyForInterface}: mypy cannot follow a base class made
+    at run time), which share the states and the audit chain;
+    L{IOidcPolicyStore} to L{oidc_policies}.
     """
 
     clock: Callable[[], datetime] = utcnow
     _states: dict[StateKey, StoredState] = field(factory=dict, init=False)
     _events: dict[str, list[AuditEvent]] = field(factory=dict, init=False)
+    _sessions: dict[str, UiSession] = field(factory=dict, init=False)
     tenants: MemoryTenants = field(init=False)
+    oidc_policies: MemoryOidcPolicies = field(init=False)
+    tfe: MemoryTFE = field(init=False)
 
     @tenants.default
     def _tenants_sharing_this_store(self) -> MemoryTenants:
         return MemoryTenants(self._states, self._append_event, self.clock)
+
+    @oidc_policies.default
+    def _policies_of_the_tenants(self) -> MemoryOidcPolicies:
+        return MemoryOidcPolicies(self.tenants, self._append_event, self.clock)
+    @tfe.default
+    def _tfe_sharing_this_store(self) -> MemoryTFE:
+        return MemoryTFE(self._states, self._append_event, self.clock)
 
     def start(self) -> Deferred[None]:
         return succeed(None)
@@ -108,7 +130,10 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
         """Forget everything (used between tests of Terraform modules)."""
         self._states.clear()
         self._events.clear()
+        self._sessions.clear()
         self.tenants.forget()
+        self.oidc_policies.forget()
+        self.tfe.forget()
 
     # -- the state lane -------------------------------------------------
 
@@ -178,15 +203,17 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
                 state = self._states[key] = StoredState(created_at=now, updated_at=now)
             if not state_rules.decide_lock(info.id, holder_of(state.lock)):
                 return False
-            state.lock = HeldLock(info=info, acquired_at=now, principal=principal.name)
+            state.lock = HeldLock(info=info, acquired_at=now, principal=principal.name,
+                                  token_digest=principal.oidc_token_digest)
             self._append_event(key.tenant, LOCK_ACQUIRE, principal.name, key.path, now,
                                lock_id=info.id, detail=lock_detail(info, principal))
             return True
 
         return maybeDeferred(acquire)
 
-    def release_lock(self, key: StateKey, lock_id: str | None,
-                     principal: Principal) -> Deferred[HeldLock | None]:
+    def release_lock(self, key: StateKey, lock_id: str | None, principal: Principal,
+                     event_detail: Mapping[str, Any] | None = None,
+                     ) -> Deferred[HeldLock | None]:
         def release() -> HeldLock | None:
             state = self._states.get(key)
             held = state.lock if state else None
@@ -197,7 +224,8 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
             state.lock = None
             self._append_event(key.tenant, decision.event_kind, principal.name, key.path,
                                self.clock(), lock_id=held.info.id,
-                               detail=lock_detail(held.info, principal))
+                               detail={**lock_detail(held.info, principal),
+                                       **(event_detail or {})})
             return held
 
         return maybeDeferred(release)
@@ -205,6 +233,22 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
     def get_lock(self, key: StateKey) -> Deferred[HeldLock | None]:
         state = self._states.get(key)
         return succeed(state.lock if state else None)
+
+    # -- OIDC policies: MemoryOidcPolicies ------------------------------
+
+    def get_oidc_policy(self, tenant: str) -> Deferred[OidcPolicyRecord | None]:
+        return self.oidc_policies.get_oidc_policy(tenant)
+
+    def put_oidc_policy(self, tenant: str, document: str,
+                        actor: Principal) -> Deferred[OidcPolicyRecord]:
+        return self.oidc_policies.put_oidc_policy(tenant, document, actor)
+
+    def delete_oidc_policy(self, tenant: str,
+                           actor: Principal) -> Deferred[OidcPolicyRecord | None]:
+        return self.oidc_policies.delete_oidc_policy(tenant, actor)
+
+    def oidc_tenant_of_workspace(self, workspace_id: str) -> Deferred[OidcTenant | None]:
+        return self.oidc_policies.oidc_tenant_of_workspace(workspace_id)
 
     # -- inspection -----------------------------------------------------
 
@@ -218,6 +262,23 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
             for key, state in sorted(self._states.items(), key=lambda item: item[0].path)
             if key.tenant == tenant
         ])
+
+    def list_states_page(self, tenant: str, query: StateListQuery) -> Deferred[StatePage]:
+        def select() -> StatePage:
+            check_listing(query)
+            page, total = sort_and_page(
+                (self._summary(key, state) for key, state in self._states.items()
+                 if key.tenant == tenant and listed(key.path, query)), query)
+            paths = {summary.key.path for summary in page}
+            events: dict[str | None, list[AuditEvent]] = {}
+            for event in self._events.get(tenant, []):
+                if event.state_path in paths and event.sha256 is not None:
+                    events.setdefault(event.state_path, []).append(event)
+            return StatePage(tuple(
+                StateListing(summary, writer_of(summary, events.get(summary.key.path, ())))
+                for summary in page), total)
+
+        return maybeDeferred(select)
 
     def list_versions(self, key: StateKey) -> Deferred[list[StateVersion]]:
         state = self._states.get(key)
@@ -271,6 +332,26 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
                      detail: dict[str, Any] | None = None) -> Deferred[AuditEvent]:
         return succeed(self._append_event(tenant, kind, principal, state_path, self.clock(),
                                           detail=detail or {}))
+
+    # -- the dashboard's sessions ----------------------------------------
+
+    def create_session(self, session: UiSession) -> Deferred[None]:
+        for id_hash, kept in list(self._sessions.items()):
+            if kept.expires_at <= session.created_at:
+                del self._sessions[id_hash]
+        self._sessions[session.id_hash] = session
+        return succeed(None)
+
+    def find_session(self, id_hash: str, now: datetime) -> Deferred[UiSession | None]:
+        session = self._sessions.get(id_hash)
+        if session is not None and session.expires_at <= now:
+            del self._sessions[id_hash]
+            session = None
+        return succeed(session)
+
+    def delete_session(self, id_hash: str) -> Deferred[None]:
+        self._sessions.pop(id_hash, None)
+        return succeed(None)
 
     # -- private --------------------------------------------------------
 

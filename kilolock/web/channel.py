@@ -40,6 +40,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http import HTTPChannel
 
+from kilolock.web._base import error_dialect_for
 from kilolock.web.edge import (
     DEFAULT_LIMITS,
     EdgeLimits,
@@ -288,7 +289,11 @@ class KilolockChannel(HTTPChannel):
         self._end_receiving()
         self._report(refusal.code, refusal.status, client)
         transport: Any = self.transport
-        transport.write(refusal.response())
+        # The path of the request line, once it has arrived (twisted.web
+        # keeps it on the channel until the request is complete): the part
+        # of the tree it names decides how the error is worded.
+        path = getattr(self, "_path", None) or b""
+        transport.write(refusal.response(error_dialect_for(path)))
         if drop_input:
             self.setRawMode()
         self._closing = self.callLater(self.linger_seconds if linger is None else linger,

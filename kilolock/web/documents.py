@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from kilolock.model import AuditEvent, HeldLock, rfc3339
+from kilolock.tfe.locks import lane_of
 from kilolock.web._base import JSON, Response
 
 NO_STORE = {b"Cache-Control": b"no-store"}
@@ -33,6 +34,8 @@ def lock_document(lock: HeldLock, now: datetime) -> dict[str, Any]:
         "acquiredAt": rfc3339(lock.acquired_at),
         "ageSeconds": max(0, int((now - lock.acquired_at).total_seconds())),
         "principal": lock.principal,
+        # Which lane took it: "http" (a LOCK) or "tfe" (actions/lock).
+        "lane": lane_of(lock.info),
         "info": info,
     }
 

@@ -10,11 +10,14 @@ after it (see L{kilolock.web.channel}).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from attrs import fields, frozen
+from twisted.web.http import RESPONSES
+
+from kilolock.errors import KilolockError
+from kilolock.web._base import ErrorDialect, response_for_error
 
 #: The request line (method, target, version) at most, in bytes.
 DEFAULT_MAX_REQUEST_LINE = 8192
@@ -160,15 +163,34 @@ class Refusal:
     message: str
     retry_after: int | None = None
 
-    def response(self) -> bytes:
-        """The whole HTTP/1.1 response."""
-        body = json.dumps({"error": {"code": self.code, "message": self.message}}).encode()
-        head = [b"HTTP/1.1 %d %s" % (self.status, self.phrase),
-                b"Content-Type: application/json", b"Connection: close",
-                b"Content-Length: %d" % len(body)]
-        if self.retry_after is not None:
-            head.append(b"Retry-After: %d" % self.retry_after)
-        return b"\r\n".join(head) + b"\r\n\r\n" + body
+    def response(self, dialect: ErrorDialect = response_for_error) -> bytes:
+        """The whole HTTP/1.1 response, its error worded in C{dialect} (the
+        one of the part of the tree the request was for: Kilolock's JSON
+        error by default)."""
+        answer = dialect(EdgeRefusal(self))
+        headers = {b"Content-Type": answer.content_type or b"application/json",
+                   **answer.headers, b"Connection": b"close",
+                   b"Content-Length": b"%d" % len(answer.body)}
+        phrase = self.phrase if answer.status == self.status \
+            else RESPONSES.get(answer.status, b"Error")
+        head = [b"HTTP/1.1 %d %s" % (answer.status, phrase)]
+        head += [name + b": " + value for name, value in headers.items()]
+        return b"\r\n".join(head) + b"\r\n\r\n" + answer.body
+
+
+class EdgeRefusal(KilolockError):
+    """A L{Refusal} as the error an error dialect words."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.status = refusal.status  # type: ignore[misc]  # the refusal's own
+        self.code = refusal.code  # type: ignore[misc]
+        self.retry_after = refusal.retry_after
+
+    def headers(self) -> dict[bytes, bytes]:
+        if self.retry_after is None:
+            return {}
+        return {b"Retry-After": b"%d" % self.retry_after}
 
 
 def request_line_too_long(limits: EdgeLimits) -> Refusal:

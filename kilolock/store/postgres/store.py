@@ -6,7 +6,8 @@ The store is a composition, each part made with what it needs:
   - L{PostgresStates} (writes, deletes, LOCK, UNLOCK) and L{PostgresReads},
   - L{PostgresEvents} (the audit chain's calls),
   - L{PostgresTenants} (hosted mode), to which L{ITenantStore} is forwarded
-    whole.
+    whole;
+  - L{PostgresTFE} (the TFE lane), to which L{ITFEStore} is forwarded whole.
 
 Below this module, every public method is one transaction run by the
 runner; nothing blocks the reactor thread; nothing logs state bytes, query
@@ -26,27 +27,42 @@ from twisted.internet.defer import Deferred
 from twisted.python.components import proxyForInterface
 from zope.interface import implementer
 
-from kilolock.interfaces import IHealthCheck, IStateStore, ITenantStore
+from kilolock.atrest.versions import VersionCodec
+from kilolock.interfaces import (
+    IHealthCheck,
+    IOidcPolicyStore,
+    ISessionStore,
+    IStateStore,
+    ITenantStore,
+)
 from kilolock.model import (
     STATE_WRITE,
     AuditEvent,
     HeldLock,
     LockInfo,
+    OidcPolicyRecord,
+    OidcTenant,
     Principal,
     Projection,
     ResourceMatch,
     ResourceQuery,
     StateKey,
+    StateListQuery,
+    StatePage,
     StateSummary,
     StateUpload,
     StateVersion,
     StoreProbe,
+    UiSession,
     WriteOutcome,
     utcnow,
 )
 from kilolock.store.embedded import EmbeddedPostgres
+from kilolock.store.postgres.dashboard import PostgresDashboard
 from kilolock.store.postgres.dsn import CONNECT_TIMEOUT, STATEMENT_TIMEOUT
 from kilolock.store.postgres.events import PostgresEvents
+from kilolock.store.postgres.large import LARGE_UPLOAD_BYTES
+from kilolock.store.postgres.oidc_policies import PostgresOidcPolicies
 from kilolock.store.postgres.reads import PostgresReads
 from kilolock.store.postgres.runner import (
     DEFAULT_POOL_SIZE,
@@ -57,12 +73,16 @@ from kilolock.store.postgres.runner import (
 from kilolock.store.postgres.statements import PREPARE_STATEMENTS
 from kilolock.store.postgres.states import PostgresStates
 from kilolock.store.postgres.tenants import PostgresTenants
+from kilolock.store.postgres.tfe import PostgresTFE
+from kilolock.tfe.interfaces import ITFEStore
 
 __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
 
 
-@implementer(IStateStore, ITenantStore, IHealthCheck)
-class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ignore[misc]
+@implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore,
+             IHealthCheck)
+class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
+                         proxyForInterface(ITFEStore, "tfe")):  # type: ignore[misc]
     """States, versions, locks, projection rows, audit events and tenants in
     PostgreSQL.  L{ITenantStore} is forwarded whole to L{tenants} (Twisted's
     C{proxyForInterface}: mypy cannot follow a base class made at run time);
@@ -76,6 +96,8 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
 
     @ivar runner: the L{TransactionRunner} every part runs its transactions on.
     @ivar tenants: the L{PostgresTenants}.
+    @ivar oidc_policies: the L{PostgresOidcPolicies} (L{IOidcPolicyStore}).
+    @ivar tfe: the L{PostgresTFE}.
     """
 
     def __init__(self, database_url: str | None, reactor: Any, *,
@@ -91,10 +113,16 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
             pool_size=pool_size, connect_timeout=connect_timeout,
             statement_timeout=statement_timeout, operation_timeout=operation_timeout,
             prepare_sql=PREPARE_STATEMENTS if prepared_statements else None), embedded=embedded)
-        self._states = PostgresStates(self.runner, clock)
-        self._reads = PostgresReads(self.runner)
+        #: Compresses and decodes version payloads (plaintext: no key provider).
+        self.codec = VersionCodec(None, run_large=self.runner.in_thread,
+                                  large_size=LARGE_UPLOAD_BYTES)
+        self._states = PostgresStates(self.runner, clock, self.codec)
+        self._reads = PostgresReads(self.runner, self.codec)
         self._events = PostgresEvents(self.runner, clock)
+        self._dashboard = PostgresDashboard(self.runner)
         self.tenants = PostgresTenants(self.runner, clock)
+        self.oidc_policies = PostgresOidcPolicies(self.runner, clock)
+        self.tfe = PostgresTFE(self.runner, clock)
 
     @classmethod
     def embedded(cls, server: EmbeddedPostgres, reactor: Any,
@@ -146,9 +174,10 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
                      principal: Principal) -> Deferred[bool]:
         return self._states.acquire_lock(key, info, principal)
 
-    def release_lock(self, key: StateKey, lock_id: str | None,
-                     principal: Principal) -> Deferred[HeldLock | None]:
-        return self._states.release_lock(key, lock_id, principal)
+    def release_lock(self, key: StateKey, lock_id: str | None, principal: Principal,
+                     event_detail: Mapping[str, Any] | None = None,
+                     ) -> Deferred[HeldLock | None]:
+        return self._states.release_lock(key, lock_id, principal, event_detail)
 
     def get_lock(self, key: StateKey) -> Deferred[HeldLock | None]:
         return self._states.get_lock(key)
@@ -177,6 +206,20 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
                         query: ResourceQuery) -> Deferred[list[ResourceMatch]]:
         return self._reads.query_resources(tenant, query)
 
+    # -- the dashboard: PostgresDashboard ---------------------------------
+
+    def list_states_page(self, tenant: str, query: StateListQuery) -> Deferred[StatePage]:
+        return self._dashboard.list_states_page(tenant, query)
+
+    def create_session(self, session: UiSession) -> Deferred[None]:
+        return self._dashboard.create_session(session)
+
+    def find_session(self, id_hash: str, now: datetime) -> Deferred[UiSession | None]:
+        return self._dashboard.find_session(id_hash, now)
+
+    def delete_session(self, id_hash: str) -> Deferred[None]:
+        return self._dashboard.delete_session(id_hash)
+
     # -- the audit chain: PostgresEvents ----------------------------------
 
     def list_events(self, tenant: str, state_path: str | None = None,
@@ -188,6 +231,22 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
                      state_path: str | None = None,
                      detail: dict[str, Any] | None = None) -> Deferred[AuditEvent]:
         return self._events.record_event(tenant, kind, principal, state_path, detail)
+
+    # -- OIDC policies: PostgresOidcPolicies ------------------------------
+
+    def get_oidc_policy(self, tenant: str) -> Deferred[OidcPolicyRecord | None]:
+        return self.oidc_policies.get_oidc_policy(tenant)
+
+    def put_oidc_policy(self, tenant: str, document: str,
+                        actor: Principal) -> Deferred[OidcPolicyRecord]:
+        return self.oidc_policies.put_oidc_policy(tenant, document, actor)
+
+    def delete_oidc_policy(self, tenant: str,
+                           actor: Principal) -> Deferred[OidcPolicyRecord | None]:
+        return self.oidc_policies.delete_oidc_policy(tenant, actor)
+
+    def oidc_tenant_of_workspace(self, workspace_id: str) -> Deferred[OidcTenant | None]:
+        return self.oidc_policies.oidc_tenant_of_workspace(workspace_id)
 
 
 def postgres_store_from_settings(settings: Any, reactor: Any) -> PostgresStateStore:
