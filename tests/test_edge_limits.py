@@ -296,3 +296,18 @@ def test_limits_come_from_options_then_environment_then_defaults() -> None:
         Settings.from_sources({}, {"KL_BODY_BUDGET_BYTES": "1GiB"})
     with pytest.raises(usage.UsageError, match="KL_MAX_CONNECTIONS_PER_CLIENT must be 0 or"):
         Settings.from_sources({"max-connections-per-client": "-1"}, {})
+
+
+@pytest_twisted.ensureDeferred
+async def test_edge_refusals_under_the_tfe_lane_are_jsonapi_errors(
+        listeners: Listeners) -> None:
+    """A request whose line names the TFE lane (/api/v2/...) is refused in
+    that lane's dialect, a JSON:API error document; elsewhere, and before
+    the request line is known, in Kilolock's JSON."""
+    fields = b"".join(b"X-F%d: v\r\n" % index for index in range(101))
+    status, headers, body = await ask(listeners.state, get(b"/api/v2/ping", fields))
+    assert (status, body["errors"][0]["status"]) == (431, "431")
+    assert "KL_MAX_HEADERS" in body["errors"][0]["detail"]
+    assert headers[b"connection"] == b"close"
+    status, _, body = await ask(listeners.state, b"GET /api/v2/" + b"p" * 9000)
+    assert (status, body["error"]["code"]) == (414, "request_line_too_long")
