@@ -142,7 +142,7 @@ def _project_resource(
                 name=name,
                 provider=provider,
                 index_key=None if key is None else json.dumps(key),
-                deposed=_optional_text(instance, "deposed", at) or None,
+                deposed=clean_text(_optional_text(instance, "deposed", at) or "") or None,
                 attributes=_attributes(instance, at),
             )
         )

@@ -21,6 +21,8 @@ from zope.interface import implementer
 from kilolock import state_rules
 from kilolock.audit import (
     GENESIS,
+    GENESIS_HEAD,
+    ChainHead,
     delete_detail,
     event_hash,
     lock_detail,
@@ -89,6 +91,9 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
     clock: Callable[[], datetime] = utcnow
     _states: dict[StateKey, StoredState] = field(factory=dict, init=False)
     _events: dict[str, list[AuditEvent]] = field(factory=dict, init=False)
+    #: Each tenant's chain head, kept apart from its events (a test that
+    #: drops the newest events from the chain leaves it behind).
+    _heads: dict[str, ChainHead] = field(factory=dict, init=False)
     tenants: MemoryTenants = field(init=False)
 
     @tenants.default
@@ -108,6 +113,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
         """Forget everything (used between tests of Terraform modules)."""
         self._states.clear()
         self._events.clear()
+        self._heads.clear()
         self.tenants.forget()
 
     # -- the state lane -------------------------------------------------
@@ -272,6 +278,9 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
         return succeed(self._append_event(tenant, kind, principal, state_path, self.clock(),
                                           detail=detail or {}))
 
+    def chain_head(self, tenant: str) -> Deferred[ChainHead]:
+        return succeed(self._heads.get(tenant, GENESIS_HEAD))
+
     # -- private --------------------------------------------------------
 
     def _summary(self, key: StateKey, state: StoredState) -> StateSummary:
@@ -299,4 +308,5 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
         )
         event = evolve(event, hash=event_hash(event))
         chain.append(event)
+        self._heads[tenant] = ChainHead(event.seq, event.hash)
         return event

@@ -26,6 +26,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.components import proxyForInterface
 from zope.interface import implementer
 
+from kilolock.audit import ChainHead
 from kilolock.interfaces import IHealthCheck, IStateStore, ITenantStore
 from kilolock.model import (
     STATE_WRITE,
@@ -188,6 +189,9 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
                      state_path: str | None = None,
                      detail: dict[str, Any] | None = None) -> Deferred[AuditEvent]:
         return self._events.record_event(tenant, kind, principal, state_path, detail)
+
+    def chain_head(self, tenant: str) -> Deferred[ChainHead]:
+        return self._events.chain_head(tenant)
 
 
 def postgres_store_from_settings(settings: Any, reactor: Any) -> PostgresStateStore:

@@ -25,7 +25,7 @@ field of a body or query names it (C{"field"}).  HEAD is not answered.
   GET     /v1/api/tenants/{tenant}/tokens/{token_id}
   DELETE  /v1/api/tenants/{tenant}/tokens/{token_id}   (revoke)
   GET     /v1/api/tenants/{tenant}/events[?state=&kind=&since=&until=]
-  GET     /v1/api/tenants/{tenant}/events/verify
+  GET     /v1/api/tenants/{tenant}/events/verify[?head=SEQ:HASH]
 
 C{{tenant}} is a live tenant's slug or any tenant's id (C{tn_...}: deleted
 tenants stay readable, their audit trail above all); C{{ws}} and C{{env}} are
