@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from stub_client import state_body
 
-from kilolock.errors import EncryptedState
+from kilolock.errors import EncryptedState, InvalidState
 from kilolock.statediff import diff_states, format_path, outputs_of, restore_body
 from kilolock.tfstate import parse_state
 
@@ -111,18 +111,29 @@ def test_encrypted_versions_cannot_be_read() -> None:
         restore_body(ENVELOPE, 3, "l")
 
 
-def test_restore_body_sets_serial_and_lineage_in_terraform_layout() -> None:
-    """Key order and content are kept; serial and lineage replaced; 2-space
-    indent and a final newline, non-ASCII written as UTF-8."""
+def test_restore_body_replaces_only_serial_and_lineage() -> None:
+    """Every byte of the version is kept -- layout, key order, escapes,
+    non-ASCII -- but the values of its top-level serial and lineage."""
     original = state_body(4, resources=[{"mode": "managed", "type": "t", "name": "ü",
                                          "provider": "p", "instances": []}])
     restored = restore_body(original, 9, "new-lineage")
-    assert restored.endswith(b"}\n") and "ü".encode() in restored
-    document = json.loads(original)
-    document.update(serial=9, lineage="new-lineage")
-    assert restored == json.dumps(document, indent=2, ensure_ascii=False).encode() + b"\n"
-    assert list(json.loads(restored)) == list(json.loads(original))
+    assert restored == original.replace(b'"serial": 4', b'"serial": 9').replace(
+        b'"lineage": "7b1d5c1e-0000-4000-8000-000000000001"', b'"lineage": "new-lineage"')
     assert parse_state(restored).serial == 9
+    compact = b'{"serial":1,"lineage":"a","version":4,"x":"\\ud800 \\u0000","n":1e400}'
+    assert restore_body(compact, 2, "b") == (
+        b'{"serial":2,"lineage":"b","version":4,"x":"\\ud800 \\u0000","n":1e400}')
+
+
+def test_restore_body_keeps_any_nesting_and_refuses_what_is_no_state() -> None:
+    """A version nested to the limit restores (no re-serialising recursion);
+    a body that is no JSON object with a serial and lineage is InvalidState."""
+    deep = (b'{"version": 4, "serial": 1, "lineage": "l", "outputs": {"o": {"value": '
+            + b"[" * 500 + b"]" * 500 + b"}}}")
+    assert json.loads(restore_body(deep, 2, "l"))["serial"] == 2
+    for bad in (b"[1]", b'{"serial": 1}', b'{"serial": 1, "lineage": "l"} x', b"\xff"):
+        with pytest.raises(InvalidState):
+            restore_body(bad, 2, "l")
 
 
 def test_dynamic_value_wrappers_are_looked_through() -> None:

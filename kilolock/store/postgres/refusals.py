@@ -1,15 +1,17 @@
 """Database errors that are about a value, not about the database.
 
 A 503 means the database cannot be reached.  PostgreSQL also fails a
-statement for what it was given: a value too large for an index or a
-column (SQLSTATE class 54, e.g. 54000 "index row size exceeds maximum"), a
+statement for what it was given: a value too large for an index entry
+(SQLSTATE class 54, e.g. 54000 "index row size exceeds maximum"), a
 character it cannot hold (22021, 22P05: NUL and unpaired surrogates in
-jsonb), a number out of range (22003), any other data exception (class
-22); and psycopg2 itself refuses to send a NUL or an unpaired surrogate in
-a text parameter.  Such a failure answers the request 400 with the code of
-the text rule the value broke (L{kilolock.text_rules}), never 503, and
-never marks the database unreachable.  Each is a gap in the validation at
-the edge, which should have refused the input first, so each is logged.
+jsonb), a number out of range (22003), a string too long for its column
+(22001); and psycopg2 itself refuses to send a NUL or an unpaired
+surrogate in a text parameter.  Such a failure answers the request 400
+with the code of the text rule the value broke (L{kilolock.text_rules}),
+never 503, and never marks the database unreachable.  Each is a gap in
+the validation at the edge, which should have refused the input first,
+so each is logged.  Any other error of a statement (a division by zero, a
+violated constraint) is Kilolock's own bug: an opaque 500.
 """
 
 from __future__ import annotations
@@ -21,17 +23,17 @@ from twisted.logger import Logger
 from kilolock.errors import InvalidText
 from kilolock.text_rules import INVALID_UNICODE, NUL_CHARACTER, OUT_OF_RANGE, TOO_LONG
 
-__all__ = ["INPUT_ERRORS", "NOT_STORABLE", "input_refusal"]
+__all__ = ["INPUT_ERRORS", "input_refusal"]
 
 log = Logger()
-
-#: The code of a value the database refused for a reason no rule names.
-NOT_STORABLE = "not_storable"
 
 #: What L{input_refusal} may map (it answers None for the rest).
 INPUT_ERRORS: tuple[type[BaseException], ...] = (
     psycopg2.errors.ProgramLimitExceeded,
-    psycopg2.DataError,
+    psycopg2.errors.StringDataRightTruncation,
+    psycopg2.errors.CharacterNotInRepertoire,
+    psycopg2.errors.UntranslatableCharacter,
+    psycopg2.errors.NumericValueOutOfRange,
     UnicodeEncodeError,
     ValueError,
 )
@@ -48,7 +50,6 @@ _RULES: tuple[tuple[type[BaseException], str, str], ...] = (
      "a value holds a character the database cannot store (NUL or an unpaired surrogate)"),
     (psycopg2.errors.NumericValueOutOfRange, OUT_OF_RANGE,
      "a number is out of the range the database holds"),
-    (psycopg2.DataError, NOT_STORABLE, "the database cannot store a value of this request"),
     (UnicodeEncodeError, INVALID_UNICODE,
      "a value is not valid Unicode (an unpaired surrogate such as \\ud800)"),
 )
