@@ -146,7 +146,8 @@ def check_tenant_deletable(state_count: int, locked_paths: Sequence[str],
     """
     if state_count and not delete_states:
         raise NotEmpty(f"the tenant has {state_count} state(s); delete them first, or"
-                       " delete the tenant with ?states=delete")
+                       " delete the tenant with its states (DELETE ...?states=delete;"
+                       " kl tenants delete --delete-states)")
     if locked_paths:
         raise NotEmpty(f"{len(locked_paths)} state(s) of the tenant are locked (e.g."
                        f" {locked_paths[0]}); unlock them first")

@@ -18,6 +18,7 @@ from twisted.application.service import IService, MultiService, Service
 from twisted.application.strports import service as endpoint_service
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.endpoints import serverFromString
+from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStreamServerEndpoint
 from twisted.logger import Logger
 from twisted.python import usage
@@ -336,6 +337,21 @@ class KilolockService(MultiService):
     @property
     def store(self) -> IStateStore:
         return self.store_service.store
+
+    def privilegedStartService(self) -> None:
+        """Bind the listeners (twistd does it before anything starts).  A
+        port that cannot be had -- another process on it, a privileged
+        port -- stops the server with one log line that says so and exit
+        status 1, not a traceback."""
+        try:
+            super().privilegedStartService()
+        except CannotListenError as error:
+            reason = getattr(error.socketError, "strerror", None) or str(error.socketError)
+            log.error("cannot listen on {interface}:{port}: {reason}; stop what uses that"
+                      " port or choose another one (--listen / KL_LISTEN,"
+                      " --control-listen / KL_CONTROL_LISTEN)",
+                      interface=error.interface or "any", port=error.port, reason=reason)
+            raise SystemExit(1) from None
 
     def stopService(self) -> Deferred[None]:
         Service.stopService(self)

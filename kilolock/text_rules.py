@@ -253,32 +253,32 @@ def check_document(document: Any, what: str, field: str | None = None) -> None:
                 stack.extend((item, depth + 1, at) for item in node)
 
 
+def _float_or_text(text: str) -> float | str:
+    number = float(text)
+    return number if math.isfinite(number) else text
+
+
+#: Decodes stored documents for showing: numbers beyond a double's range, and
+#: NaN or Infinity, become their text.
+_SHOWING = json.JSONDecoder(parse_float=_float_or_text, parse_constant=str)
+
+
 def stored_document(raw: bytes | str) -> Any:
-    """A JSON document a store kept (a LockInfo, an event's detail), decoded
-    for showing in an answer, or None when it cannot be shown as JSON: not
-    JSON, nested deeper than L{MAX_JSON_DEPTH}, or holding a non-finite
-    number (stores may hold such documents from before these rules).  Its
-    strings may hold anything: answers escape what UTF-8 cannot carry."""
+    """A JSON document a store kept (a LockInfo, an event's detail, a
+    projected attribute object), decoded for showing in an answer: numbers
+    beyond a double's range as their text; None when it is not JSON or nests
+    deeper than L{MAX_JSON_DEPTH} (stores may hold such documents from before
+    these rules).  Its strings may hold anything: answers escape what UTF-8
+    cannot carry."""
     try:
-        document = _DECODER.decode(raw if isinstance(raw, str) else raw.decode("utf-8"))
-    except (ValueError, RecursionError, _Constant):
+        text = raw if isinstance(raw, str) else raw.decode("utf-8")
+        document = _SHOWING.decode(text)
+    except (ValueError, RecursionError):
         return None
-    if nesting_depth(document) > MAX_JSON_DEPTH or _holds_non_finite(document):
+    if (text.count("[") + text.count("{") > MAX_JSON_DEPTH
+            and nesting_depth(document) > MAX_JSON_DEPTH):
         return None
     return document
-
-
-def _holds_non_finite(document: Any) -> bool:
-    stack = [document]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, float) and not math.isfinite(node):
-            return True
-        if isinstance(node, dict):
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return False
 
 
 def nesting_depth(document: Any, limit: int = MAX_JSON_DEPTH) -> int:

@@ -162,7 +162,7 @@ class RollbackResource(StateSubresource):
                 key, upload, lock_id, principal, event_kind=STATE_ROLLBACK,
                 event_detail={"restored_version": number})
         except LockConflict as error:
-            return locked_response(error, self.metrics)
+            return locked_response(error, self.metrics, await self.lane.store.get_lock(key))
         self.lane.count_write(outcome)
         return json_response({"state": key.path, "restoredFrom": number,
                               "version": version_document(outcome.version, current=True)})
