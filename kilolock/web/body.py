@@ -50,12 +50,14 @@ def _read_all(content: IO[bytes]) -> bytes:
 
 async def read_body(request: Request, reactor: Any) -> bytes:
     """The whole request body as bytes (read in a thread when it sits in a
-    temporary file)."""
+    temporary file and there is a reactor: inline in in-memory tests)."""
     content = request.content
     if content is None:
         return b""
     if isinstance(content, io.BytesIO):
         return content.getvalue()
+    if reactor is None:
+        return _read_all(content)
     return await deferToThreadPool(reactor, reactor.getThreadPool(), _read_all, content)
 
 
@@ -126,7 +128,7 @@ async def parse_upload(request: Request, body: bytes, reactor: Any) -> StateUplo
     @return: (awaited) the L{StateUpload}.
     """
     content_md5 = request.getHeader(b"Content-MD5")
-    if len(body) < THREAD_THRESHOLD:
+    if len(body) < THREAD_THRESHOLD or reactor is None:
         return prepare_upload(body, content_md5)
     return await deferToThreadPool(reactor, reactor.getThreadPool(), _prepare_large_upload,
                                    body, content_md5)
