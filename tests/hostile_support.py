@@ -22,6 +22,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import quote_from_bytes
 
+import pytest
 import pytest_twisted
 from hosted_support import CONTROL_HEADERS, CONTROL_TOKEN, STUB_PUBLIC_URL
 from hypothesis import strategies as st
@@ -33,6 +34,7 @@ from twisted.python.failure import Failure
 from kilolock.auth import OpenChecker, build_portal
 from kilolock.metrics import Metrics
 from kilolock.model import DEFAULT_TENANT, Principal, StateKey
+from kilolock.store.memory import MemoryStateStore
 from kilolock.web.control.api import ControlAPI
 from kilolock.web.control.tree import build_control_root
 from kilolock.web.site import build_root
@@ -58,6 +60,8 @@ class Harness:
         self.store = store
         self.reactor = reactor
         self.kind = "memory" if reactor is None else "postgres"
+        #: The PostgreSQL store's database (None for memory).
+        self.dsn: str | None = None
         metrics = Metrics.create()
         root = build_root(store, build_portal(OpenChecker()), reactor=reactor, metrics=metrics)
         self.state = SiteClient(root)
@@ -162,6 +166,33 @@ class Harness:
              None if summary.lock is None else summary.lock.info.raw)
             for summary in self.wait(lambda: store.list_states(DEFAULT_TENANT)))
         return heads, states
+
+
+def make_harness(request: Any) -> Harness:
+    """A seeded harness on the store C{request.param} names (C{memory} or
+    C{postgres}, a fresh database of the session's server), for a fixture:
+    the PostgreSQL store is stopped when the test ends.  C{dsn} is the
+    database's (None for memory)."""
+    if request.param == "memory":
+        built = Harness(MemoryStateStore())
+        built.dsn = None
+    else:
+        from twisted.internet import reactor
+
+        from kilolock.store.postgres.store import PostgresStateStore
+
+        dsn = request.getfixturevalue("postgres_dsn")
+        store = PostgresStateStore(dsn, reactor, pool_size=2)
+        pytest_twisted.blockon(store.start())
+        request.addfinalizer(lambda: pytest_twisted.blockon(store.stop()))
+        built = Harness(store, reactor)
+        built.dsn = dsn
+    built.seed()
+    return built
+
+
+#: The store parameters of a harness fixture.
+STORES = ["memory", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 def check_answer(reply: Reply, before: tuple[Any, ...], after: tuple[Any, ...],

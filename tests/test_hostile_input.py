@@ -9,40 +9,26 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 import pytest_twisted
-from hostile_support import Harness, read_views_answer
+from hostile_support import STORES, Harness, make_harness, read_views_answer
 from log_events import logged
 from stub_client import state_body, terraform_headers
 
 from kilolock.errors import InvalidText
 from kilolock.kl.commands.events import check_chain
 from kilolock.model import DEFAULT_TENANT, LockInfo, Principal, StateKey
-from kilolock.store.memory import MemoryStateStore
 from kilolock.text_rules import nesting_depth
 
 
-@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.postgres)])
-def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+@pytest.fixture(params=STORES)
+def harness(request: pytest.FixtureRequest) -> Harness:
     """A seeded harness on each store."""
-    if request.param == "memory":
-        built = Harness(MemoryStateStore())
-    else:
-        from twisted.internet import reactor
-
-        from kilolock.store.postgres.store import PostgresStateStore
-
-        store = PostgresStateStore(request.getfixturevalue("postgres_dsn"), reactor,
-                                   pool_size=2)
-        pytest_twisted.blockon(store.start())
-        request.addfinalizer(lambda: pytest_twisted.blockon(store.stop()))
-        built = Harness(store, reactor)
-    built.seed()
-    yield built
+    return make_harness(request)
 
 
 def nested(depth: int, inner: str = "1") -> bytes:

@@ -16,12 +16,14 @@ from typing import Any
 import pytest
 import pytest_twisted
 from hostile_support import (
+    STORES,
     Harness,
     Reply,
     bodies,
     control_bodies,
     fuzz,
     lock_infos,
+    make_harness,
     requests,
     state_texts,
     still_serving,
@@ -29,30 +31,16 @@ from hostile_support import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kilolock.store.memory import MemoryStateStore
-
 #: Examples per route family and store.
 EXAMPLES = {"memory": 120, "postgres": 20}
 #: Examples per focused body test and store.
 BODY_EXAMPLES = {"memory": 80, "postgres": 12}
 
 
-@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=STORES)
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     """A seeded harness on each store; after the test it must still serve."""
-    if request.param == "memory":
-        built = Harness(MemoryStateStore())
-    else:
-        from twisted.internet import reactor
-
-        from kilolock.store.postgres.store import PostgresStateStore
-
-        store = PostgresStateStore(request.getfixturevalue("postgres_dsn"), reactor,
-                                   pool_size=2)
-        pytest_twisted.blockon(store.start())
-        request.addfinalizer(lambda: pytest_twisted.blockon(store.stop()))
-        built = Harness(store, reactor)
-    built.seed()
+    built = make_harness(request)
     yield built
     still_serving(built)
 
