@@ -338,20 +338,29 @@ class KilolockService(MultiService):
     def store(self) -> IStateStore:
         return self.store_service.store
 
+    _bound = False
+
     def privilegedStartService(self) -> None:
-        """Bind the listeners (twistd does it before anything starts).  A
-        port that cannot be had -- another process on it, a privileged
-        port -- stops the server with one log line that says so and exit
-        status 1, not a traceback."""
+        """Bind the listeners, before the store starts (twistd calls this
+        first; under C{twist}, L{startService} does).  A port that cannot be
+        had -- another process on it, a privileged port -- stops the server
+        with one log line that says so and exit status 1, not a traceback."""
         try:
             super().privilegedStartService()
+            self._bound = True
         except CannotListenError as error:
             reason = getattr(error.socketError, "strerror", None) or str(error.socketError)
-            log.error("cannot listen on {interface}:{port}: {reason}; stop what uses that"
-                      " port or choose another one (--listen / KL_LISTEN,"
-                      " --control-listen / KL_CONTROL_LISTEN)",
-                      interface=error.interface or "any", port=error.port, reason=reason)
-            raise SystemExit(1) from None
+            # Exits with status 1, the message on stderr (twistd logs it):
+            # logging is not set up yet under `twist`.
+            raise SystemExit(
+                f"kilolock: cannot listen on {error.interface or 'any'}:{error.port}: {reason};"
+                " stop what uses that port or choose another one (--listen / KL_LISTEN,"
+                " --control-listen / KL_CONTROL_LISTEN)") from None
+
+    def startService(self) -> None:
+        if not self._bound:
+            self.privilegedStartService()
+        super().startService()
 
     def stopService(self) -> Deferred[None]:
         Service.stopService(self)

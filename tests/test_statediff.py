@@ -80,7 +80,8 @@ def test_deposed_objects_and_flat_attributes_are_compared_too() -> None:
     new = body(instance({"id": "b"}), instance({"id": "a"}, deposed="00abcdef"))
     resources = diff_states(old, new)["resources"]
     assert resources["added"] == [{"address": "terraform_data.r", "deposed": "00abcdef"}]
-    assert resources["changed"][0]["changes"] == [{"path": "id", "before": "a", "after": "b"}]
+    assert resources["changed"] == [{"address": "terraform_data.r", "action": "replace",
+                                     "changes": [{"path": "id", "before": "a", "after": "b"}]}]
     flat_old = body({"schema_version": 0, "attributes_flat": {"id": "a", "tags.%": "0"}})
     flat_new = body({"schema_version": 0, "attributes_flat": {"id": "a", "tags.%": "1"}})
     assert diff_states(flat_old, flat_new)["resources"]["changed"][0]["changes"] == [
@@ -151,3 +152,24 @@ def test_dynamic_value_wrappers_are_looked_through() -> None:
     retyped = diff_states(wrapped("1"), wrapped(1, "number"))["resources"]["changed"]
     assert retyped[0]["changes"] == [{"path": "input", "before": {"value": "1", "type": "string"},
                                       "after": {"value": 1, "type": "number"}}]
+
+
+def test_a_new_id_is_a_replacement_and_anything_else_an_update() -> None:
+    """A managed object whose id changed was destroyed and created again
+    ("replace", also when the id is sensitive); one that kept its id was
+    updated in place ("update"); a data source is always read again
+    ("update"); no id on either side is an update."""
+    def changed(old: dict[str, Any], new: dict[str, Any], mode: str = "managed") -> Any:
+        def doc(attrs: dict[str, Any], serial: int) -> bytes:
+            return state_body(serial, resources=[{
+                "mode": mode, "type": "t", "name": "r", "provider": "p",
+                "instances": [instance(attrs, [[attr("id")]] if "secret" in attrs else None)]}])
+        (entry,) = diff_states(doc(old, 1), doc(new, 2))["resources"]["changed"]
+        return entry["action"]
+
+    assert changed({"id": "a", "v": 1}, {"id": "b", "v": 1}) == "replace"
+    assert changed({"id": "a", "v": 1}, {"id": "a", "v": 2}) == "update"
+    assert changed({"id": "a", "secret": 1}, {"id": "b", "secret": 1}) == "replace"
+    assert changed({"id": "a"}, {"id": "b"}, mode="data") == "update"
+    assert changed({"v": 1}, {"v": 2}) == "update"
+    assert changed({"id": None, "v": 1}, {"id": "b", "v": 1}) == "update"
