@@ -156,7 +156,8 @@ class Discovery:
             raise KlError(
                 EXIT_PROTOCOL, f"rejected the discovery document of {base}:"
                 f" it advertises percent-encoded paths ({', '.join(sorted(encoded))});"
-                " Kilolock paths are plain segments (ADR 0018 rule 1)")
+                " every Kilolock path is plain segments that never need percent-encoding,"
+                " so something between kl and the server rewrote it")
         return document
 
     def _probe(self, probe: LaneProbe) -> None:
