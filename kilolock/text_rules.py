@@ -156,7 +156,8 @@ def clean_text(text: str) -> str:
 _JSON_ESCAPE = re.compile(
     r"\\(?:\\|u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
     r"|u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2}))")
-_NEEDS_CLEANING = re.compile(r"\\u(?:0000|[dD][89a-fA-F])|[\x00\ud800-\udfff]")
+#: An escape that may need cleaning (a literal prefix: a fast search).
+_SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
 
 def _clean_escape(match: re.Match[str]) -> str:
@@ -169,7 +170,7 @@ def clean_json_text(text: str) -> str:
     (C{\\u0000}, C{\\ud800}) or raw -- replaced by U+FFFD, as PostgreSQL's
     jsonb requires.  No parse and no recursion: any nesting is fine.
     Unchanged (and fast) in the usual case."""
-    if _NEEDS_CLEANING.search(text) is None:
+    if _SUSPECT_ESCAPE.search(text) is None and (text.isascii() or not _UNSAFE.search(text)):
         return text
     return _UNSAFE.sub("\ufffd", _JSON_ESCAPE.sub(_clean_escape, text))
 

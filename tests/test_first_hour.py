@@ -117,6 +117,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 @pytest.mark.postgres
+@pytest.mark.slow  # a cluster of its own: initdb takes seconds
 def test_an_embedded_postgres_left_by_kill_9_is_adopted_out_loud() -> None:
     """A process that started the embedded PostgreSQL and died with SIGKILL
     leaves it running; the next start adopts it and logs that it did."""
