@@ -218,6 +218,13 @@ def write_detail(number: int, size: int, principal: Principal) -> dict[str, Any]
     return {"version": number, "size": size, **_client(principal)}
 
 
+def client_version_detail(terraform_version: str | None) -> dict[str, Any]:
+    """What a write event records of the version of Terraform/OpenTofu that
+    wrote the state (the state's C{terraform_version}, at most 64
+    characters; nothing for an encrypted state)."""
+    return {"terraform_version": terraform_version[:64]} if terraform_version else {}
+
+
 def delete_detail(versions: int, principal: Principal) -> dict[str, Any]:
     """Detail of a C{state_delete} event: how many versions were deleted."""
     return {"versions": versions, **_client(principal)}

@@ -29,12 +29,15 @@ if TYPE_CHECKING:
         ResourceMatch,
         ResourceQuery,
         StateKey,
+        StateListQuery,
+        StatePage,
         StateSummary,
         StateUpload,
         StateVersion,
         StoreProbe,
         Tenant,
         TenantDeletion,
+        UiSession,
         Workspace,
         WriteOutcome,
     )
@@ -109,12 +112,14 @@ class IStateStore(Interface):
             idempotent replay.
         """
 
-    def release_lock(key: StateKey, lock_id: str | None,
-                     principal: Principal) -> Deferred[HeldLock | None]:
+    def release_lock(key: StateKey, lock_id: str | None, principal: Principal,
+                     event_detail: Mapping[str, Any] | None = None,
+                     ) -> Deferred[HeldLock | None]:
         """Release the lock.  C{lock_id} str: owner release (idempotent when no
         lock is held; L{LockConflict} 409 when another ID holds it).
         C{lock_id} None: force release of whatever is held, audited as
-        C{lock_force_release}.
+        C{lock_force_release}.  C{event_detail} adds keys to the event's
+        detail (the dashboard marks its force releases).
 
         @return: a Deferred firing with the released L{HeldLock}, or None when
             nothing was held.
@@ -130,6 +135,12 @@ class IStateStore(Interface):
     def list_states(tenant: str) -> Deferred[list[StateSummary]]:
         """@return: a Deferred firing with the tenant's L{StateSummary} list,
         ordered by path."""
+
+    def list_states_page(tenant: str, query: StateListQuery) -> Deferred[StatePage]:
+        """One page of the tenant's states (see L{StateListQuery}), each with
+        the event that wrote its current version.
+
+        @return: a Deferred firing with a L{StatePage}."""
 
     def list_versions(key: StateKey) -> Deferred[list[StateVersion]]:
         """@return: a Deferred firing with the L{StateVersion} list of C{key},
@@ -170,6 +181,24 @@ class IStateStore(Interface):
 
         @return: a Deferred firing with the L{ChainHead} (seq 0 and the
             genesis hash for a tenant without events)."""
+
+
+class ISessionStore(Interface):
+    """The dashboard's browser sessions, kept where the states are, so every
+    Kilolock process on one database knows them.  Both stores provide it."""
+
+    def create_session(session: UiSession) -> Deferred[None]:
+        """Keep C{session}; sessions expired by its C{created_at} are dropped
+        in the same transaction.  @return: a Deferred firing with None."""
+
+    def find_session(id_hash: str, now: datetime) -> Deferred[UiSession | None]:
+        """@return: a Deferred firing with the session whose cookie secret
+        has SHA-256 C{id_hash}, or None when there is none or it expired by
+        C{now}."""
+
+    def delete_session(id_hash: str) -> Deferred[None]:
+        """Forget a session (sign-out); nothing when there is none.
+        @return: a Deferred firing with None."""
 
 
 class IHealthCheck(Interface):

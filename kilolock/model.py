@@ -433,3 +433,58 @@ class TenantDeletion:
     tenant: Tenant
     deleted_states: tuple[str, ...]
     revoked_tokens: tuple[str, ...]
+
+
+# -- the dashboard (issue 16): paged state listings and browser sessions -------
+
+#: What a state listing can be sorted by (L{StateListQuery.sort}).
+STATE_SORTS = ("name", "updated", "serial", "resources", "size", "locked")
+
+
+@frozen
+class StateListQuery:
+    """One page of a tenant's states: those whose path contains
+    C{name_contains} (case-insensitive) and starts with C{path_prefix} (a
+    scoped token's C{ws/env/}), sorted by C{sort} (one of L{STATE_SORTS};
+    ties by path), C{limit} of them from C{offset}."""
+
+    name_contains: str | None = None
+    path_prefix: str | None = None
+    sort: str = "name"
+    descending: bool = False
+    offset: int = 0
+    limit: int = 50
+
+
+@frozen
+class StateListing:
+    """A state of a listing page, with the event that wrote its current
+    version (None when no version, or the event is gone with the chain's
+    earlier states)."""
+
+    summary: StateSummary
+    last_write: AuditEvent | None = None
+
+
+@frozen
+class StatePage:
+    """A page of states and how many match the query in all."""
+
+    listings: tuple[StateListing, ...]
+    total: int
+
+
+@frozen
+class UiSession:
+    """A signed-in browser: who it is, found by the SHA-256 of its cookie's
+    secret (the secret itself is never stored).  C{credential_digest} is the
+    SHA-256 of the token it signed in with (checked again on every request,
+    so revoking the token ends the session); C{csrf} the token its forms
+    carry."""
+
+    id_hash: str
+    principal: Principal
+    credential_digest: str | None
+    csrf: str
+    created_at: datetime
+    expires_at: datetime

@@ -41,6 +41,8 @@ from kilolock.web.control.api import ControlAPI
 from kilolock.web.control.tree import ControlSite, build_control_root
 from kilolock.web.forwarded import parse_networks
 from kilolock.web.site import KilolockSite, build_root
+from kilolock.web.ui.sessions import DEFAULT_SESSION_SECONDS
+from kilolock.web.ui.tree import UiOptions
 
 log = Logger()
 
@@ -83,6 +85,10 @@ class Settings:
     #: A PEM file of CAs: the C{ssl:} state lane then requires a client
     #: certificate signed by one of them (mTLS).
     tls_client_ca: str | None = None
+    #: The dashboard at /ui/ ("on") or not ("off"), and how long its
+    #: sessions last.
+    ui: str = "on"
+    ui_session_seconds: float = DEFAULT_SESSION_SECONDS
 
     @classmethod
     def from_sources(cls, options: Mapping[str, Any],
@@ -121,6 +127,9 @@ class Settings:
             control_token=environ.get("KL_CONTROL_TOKEN", ""),
             public_url=pick("public-url", "KL_PUBLIC_URL", None),
             tls_client_ca=pick("tls-client-ca", "KL_TLS_CLIENT_CA", None),
+            ui=pick("ui", "KL_UI", "on"),
+            ui_session_seconds=_number(float, "KL_UI_SESSION_SECONDS", pick(
+                "ui-session-seconds", "KL_UI_SESSION_SECONDS", DEFAULT_SESSION_SECONDS)),
         )
         settings.check()
         return settings
@@ -144,6 +153,10 @@ class Settings:
             raise usage.UsageError("KL_SHUTDOWN_GRACE must not be negative")
         if self.prepared_statements not in ("on", "off"):
             raise usage.UsageError("--prepared-statements must be on or off")
+        if self.ui not in ("on", "off"):
+            raise usage.UsageError("--ui must be on or off")
+        if self.ui_session_seconds <= 0:
+            raise usage.UsageError("KL_UI_SESSION_SECONDS must be a positive number of seconds")
         if self.log_format not in LOG_FORMATS:
             raise usage.UsageError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
         try:
@@ -222,6 +235,9 @@ class Options(usage.Options):
         ["tls-client-ca", None, None,
          "PEM file of CAs: the ssl: --listen endpoint then requires a client certificate"
          " signed by one of them [KL_TLS_CLIENT_CA]"],
+        ["ui", None, None, "on or off: the dashboard at /ui/ [KL_UI, default on]"],
+        ["ui-session-seconds", None, None, "seconds a dashboard session lasts from sign-in"
+         f" [KL_UI_SESSION_SECONDS, default {DEFAULT_SESSION_SECONDS}]"],
     ]
 
     def __init__(self) -> None:
@@ -417,8 +433,10 @@ class HostedListeners(MultiService):
             request_timeout=settings.request_timeout,
             trusted_proxies=parse_networks(settings.trusted_proxies),
             timeout=settings.idle_timeout, reactor=reactor)
-        self.control: IService = endpoint_service(settings.control_listen, self.control_site,
-                                                  reactor=reactor)
+        control = endpoint_service(settings.control_listen, self.control_site, reactor=reactor)
+        #: The control API's listening port, once listening.
+        self.control_listening = keeping_port(control)
+        self.control: IService = control
         state.setServiceParent(self)
         self.control.setServiceParent(self)
 
@@ -457,7 +475,10 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
     portal = build_portal_for(settings, store)
     metrics = Metrics.create()
     site = KilolockSite(
-        build_root(store, portal, reactor, metrics=metrics, auth_mode=settings.auth_mode),
+        build_root(store, portal, reactor, metrics=metrics, auth_mode=settings.auth_mode,
+                   ui=None if settings.ui == "off" else UiOptions(
+                       static_token=settings.auth_token,
+                       session_seconds=settings.ui_session_seconds)),
         max_body_bytes=settings.max_body_bytes,
         request_timeout=settings.request_timeout,
         trusted_proxies=parse_networks(settings.trusted_proxies),

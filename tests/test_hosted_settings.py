@@ -79,8 +79,12 @@ async def test_hosted_service_serves_both_listeners() -> None:
     assert isinstance(listeners, HostedListeners)
     service.startService()
     try:
-        state_port = (await listeners.state._waitingForPort).getHost().port
-        control_port = (await listeners.control._waitingForPort).getHost().port
+        # A TCP endpoint listens as the service starts: both ports are known.
+        assert listeners.state_listening is not None
+        assert listeners.state_listening.port is not None
+        assert listeners.control_listening.port is not None
+        state_port = listeners.state_listening.port.getHost().port
+        control_port = listeners.control_listening.port.getHost().port
         control = f"http://127.0.0.1:{control_port}/v1/api"
         created = await treq.post(f"{control}/tenants", json.dumps(
             {"slug": "acme", "name": "Acme"}).encode(), headers=CONTROL_HEADERS)

@@ -156,8 +156,7 @@ class Discovery:
             raise KlError(
                 EXIT_PROTOCOL, f"rejected the discovery document of {base}:"
                 f" it advertises percent-encoded paths ({', '.join(sorted(encoded))});"
-                " every Kilolock path is plain segments that never need percent-encoding,"
-                " so something between kl and the server rewrote it")
+                " Kilolock paths are plain segments, never a percent-encoded slash")
         return document
 
     def _probe(self, probe: LaneProbe) -> None:

@@ -30,7 +30,7 @@ from kilolock.audit import (
     write_detail,
 )
 from kilolock.errors import StateNotFound
-from kilolock.interfaces import IStateStore, ITenantStore
+from kilolock.interfaces import ISessionStore, IStateStore, ITenantStore
 from kilolock.model import (
     LOCK_ACQUIRE,
     STATE_DELETE,
@@ -43,14 +43,19 @@ from kilolock.model import (
     ResourceMatch,
     ResourceQuery,
     StateKey,
+    StateListing,
+    StateListQuery,
+    StatePage,
     StateSummary,
     StateUpload,
     StateVersion,
     StoreProbe,
+    UiSession,
     WriteOutcome,
     utcnow,
 )
 from kilolock.resource_query import check_query, row_matches, state_matches
+from kilolock.state_listing import check_listing, listed, sort_and_page, writer_of
 from kilolock.state_rules import Replay, holder_of
 from kilolock.store.memory_tenants import MemoryTenants
 
@@ -78,7 +83,7 @@ class StoredState:
         return self.versions[-1] if self.versions else None
 
 
-@implementer(IStateStore, ITenantStore)
+@implementer(IStateStore, ITenantStore, ISessionStore)
 @define
 class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ignore[misc]
     """Every state, version, lock and event of every tenant, in dicts.
@@ -94,6 +99,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
     #: Each tenant's chain head, kept apart from its events (a test that
     #: drops the newest events from the chain leaves it behind).
     _heads: dict[str, ChainHead] = field(factory=dict, init=False)
+    _sessions: dict[str, UiSession] = field(factory=dict, init=False)
     tenants: MemoryTenants = field(init=False)
 
     @tenants.default
@@ -114,6 +120,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
         self._states.clear()
         self._events.clear()
         self._heads.clear()
+        self._sessions.clear()
         self.tenants.forget()
 
     # -- the state lane -------------------------------------------------
@@ -191,8 +198,9 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
 
         return maybeDeferred(acquire)
 
-    def release_lock(self, key: StateKey, lock_id: str | None,
-                     principal: Principal) -> Deferred[HeldLock | None]:
+    def release_lock(self, key: StateKey, lock_id: str | None, principal: Principal,
+                     event_detail: Mapping[str, Any] | None = None,
+                     ) -> Deferred[HeldLock | None]:
         def release() -> HeldLock | None:
             state = self._states.get(key)
             held = state.lock if state else None
@@ -203,7 +211,8 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
             state.lock = None
             self._append_event(key.tenant, decision.event_kind, principal.name, key.path,
                                self.clock(), lock_id=held.info.id,
-                               detail=lock_detail(held.info, principal))
+                               detail={**lock_detail(held.info, principal),
+                                       **(event_detail or {})})
             return held
 
         return maybeDeferred(release)
@@ -224,6 +233,23 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
             for key, state in sorted(self._states.items(), key=lambda item: item[0].path)
             if key.tenant == tenant
         ])
+
+    def list_states_page(self, tenant: str, query: StateListQuery) -> Deferred[StatePage]:
+        def select() -> StatePage:
+            check_listing(query)
+            page, total = sort_and_page(
+                (self._summary(key, state) for key, state in self._states.items()
+                 if key.tenant == tenant and listed(key.path, query)), query)
+            paths = {summary.key.path for summary in page}
+            events: dict[str | None, list[AuditEvent]] = {}
+            for event in self._events.get(tenant, []):
+                if event.state_path in paths and event.sha256 is not None:
+                    events.setdefault(event.state_path, []).append(event)
+            return StatePage(tuple(
+                StateListing(summary, writer_of(summary, events.get(summary.key.path, ())))
+                for summary in page), total)
+
+        return maybeDeferred(select)
 
     def list_versions(self, key: StateKey) -> Deferred[list[StateVersion]]:
         state = self._states.get(key)
@@ -280,6 +306,26 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
 
     def chain_head(self, tenant: str) -> Deferred[ChainHead]:
         return succeed(self._heads.get(tenant, GENESIS_HEAD))
+
+    # -- the dashboard's sessions ----------------------------------------
+
+    def create_session(self, session: UiSession) -> Deferred[None]:
+        for id_hash, kept in list(self._sessions.items()):
+            if kept.expires_at <= session.created_at:
+                del self._sessions[id_hash]
+        self._sessions[session.id_hash] = session
+        return succeed(None)
+
+    def find_session(self, id_hash: str, now: datetime) -> Deferred[UiSession | None]:
+        session = self._sessions.get(id_hash)
+        if session is not None and session.expires_at <= now:
+            del self._sessions[id_hash]
+            session = None
+        return succeed(session)
+
+    def delete_session(self, id_hash: str) -> Deferred[None]:
+        self._sessions.pop(id_hash, None)
+        return succeed(None)
 
     # -- private --------------------------------------------------------
 

@@ -210,8 +210,12 @@ class ErrorPage(KilolockResource):
         self.route = route
 
     def render(self, request: Request) -> int:
-        write_response(request, response_for_error(self.error))
+        write_response(request, self.response_for(request))
         return NOT_DONE_YET
+
+    def response_for(self, request: Request) -> Response:
+        """What this page answers C{request}: its error."""
+        return response_for_error(self.error)
 
     def getChild(self, path: bytes, request: Request) -> Resource:
         return self

@@ -20,16 +20,22 @@ from kilolock.web.metrics import MetricsResource
 from kilolock.web.native.tree import NativeRoot
 from kilolock.web.request import DEFAULT_MAX_BODY_BYTES, KilolockChannel, KilolockRequest
 from kilolock.web.states import StateResource, StateUnlockResource, states_branch
+from kilolock.web.ui.tree import RootDirectory, UiOptions, build_dashboard
 
 
 def build_root(store: IStateStore, portal: Portal, reactor: Any,
-               metrics: Metrics | None = None, auth_mode: str = "open") -> Resource:
+               metrics: Metrics | None = None, auth_mode: str = "open",
+               ui: UiOptions | None = None) -> Resource:
     """The state listener's tree: C{/v1/states/...} and C{/v1/state-unlock/...}
     (L{kilolock.web.states}), C{/v1/native/...} (L{kilolock.web.native}),
     C{/healthz}, C{/readyz}, C{/metrics} (with C{metrics}) and
-    C{/.well-known/kilolock}; anything else a JSON 404."""
+    C{/.well-known/kilolock}; with C{ui}, the dashboard at C{/ui/}
+    (L{kilolock.web.ui}), where a browser's C{GET /} goes; anything else a
+    JSON 404."""
     lane = StateLane(store=store, portal=portal, reactor=reactor, metrics=metrics)
-    root = Directory()
+    root = Directory() if ui is None else RootDirectory()
+    if ui is not None:
+        root.putChild(b"ui", build_dashboard(lane, auth_mode, ui))
     v1 = Directory()
     well_known = Directory()
     root.putChild(b"v1", v1)

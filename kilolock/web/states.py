@@ -34,6 +34,7 @@ from collections.abc import Callable
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
+from kilolock.audit import client_version_detail
 from kilolock.errors import NotFound
 from kilolock.model import LockInfo
 from kilolock.web._base import JSON, AsyncResource, Branch, Response, named_child, render_async
@@ -113,7 +114,9 @@ class StateResource(_StateNode):
         principal, key = await self.lane.authorize_state(request, self.segments, write=True)
         body = await read_body(request, self.lane.reactor)
         upload = await parse_upload(request, body, self.lane.reactor)
-        outcome = await self.lane.store.write_state(key, upload, query_id(request), principal)
+        outcome = await self.lane.store.write_state(
+            key, upload, query_id(request), principal,
+            event_detail=client_version_detail(upload.parsed.terraform_version))
         self.lane.count_write(outcome)
         return Response(200)
 

@@ -229,18 +229,21 @@ class PostgresStates:
 
     # -- UNLOCK ---------------------------------------------------------
 
-    def release_lock(self, key: StateKey, lock_id: str | None,
-                     principal: Principal) -> Deferred[HeldLock | None]:
+    def release_lock(self, key: StateKey, lock_id: str | None, principal: Principal,
+                     event_detail: Mapping[str, Any] | None = None,
+                     ) -> Deferred[HeldLock | None]:
         """Owner release (C{lock_id} a str) or force release (None).
 
         @return: a Deferred firing with the released L{HeldLock}, or None when
             nothing was held; failing with L{kilolock.errors.LockConflict}
             (409, the holder's bytes) when an owner release names another ID.
         """
-        return self._runner.run_interaction(self._release_txn, key, lock_id, principal)
+        return self._runner.run_interaction(self._release_txn, key, lock_id, principal,
+                                            event_detail)
 
     async def _release_txn(self, cursor: Any, key: StateKey, lock_id: str | None,
-                           principal: Principal) -> HeldLock | None:
+                           principal: Principal,
+                           event_detail: Mapping[str, Any] | None) -> HeldLock | None:
         # The release the rules allow, in one statement: the owner's lock,
         # or (force) whatever is held.
         await cursor.execute(statements.RELEASE_LOCK,
@@ -259,7 +262,8 @@ class PostgresStates:
         await append_event_and_commit_txn(cursor, key.tenant, decision.event_kind,
                                           principal.name, key.path, self._clock(),
                                           lock_id=released.info.id,
-                                          detail=lock_detail(released.info, principal))
+                                          detail={**lock_detail(released.info, principal),
+                                                  **(event_detail or {})})
         return released
 
     def get_lock(self, key: StateKey) -> Deferred[HeldLock | None]:

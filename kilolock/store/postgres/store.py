@@ -27,7 +27,7 @@ from twisted.python.components import proxyForInterface
 from zope.interface import implementer
 
 from kilolock.audit import ChainHead
-from kilolock.interfaces import IHealthCheck, IStateStore, ITenantStore
+from kilolock.interfaces import IHealthCheck, ISessionStore, IStateStore, ITenantStore
 from kilolock.model import (
     STATE_WRITE,
     AuditEvent,
@@ -38,14 +38,18 @@ from kilolock.model import (
     ResourceMatch,
     ResourceQuery,
     StateKey,
+    StateListQuery,
+    StatePage,
     StateSummary,
     StateUpload,
     StateVersion,
     StoreProbe,
+    UiSession,
     WriteOutcome,
     utcnow,
 )
 from kilolock.store.embedded import EmbeddedPostgres
+from kilolock.store.postgres.dashboard import PostgresDashboard
 from kilolock.store.postgres.dsn import CONNECT_TIMEOUT, STATEMENT_TIMEOUT
 from kilolock.store.postgres.events import PostgresEvents
 from kilolock.store.postgres.reads import PostgresReads
@@ -62,7 +66,7 @@ from kilolock.store.postgres.tenants import PostgresTenants
 __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
 
 
-@implementer(IStateStore, ITenantStore, IHealthCheck)
+@implementer(IStateStore, ITenantStore, ISessionStore, IHealthCheck)
 class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ignore[misc]
     """States, versions, locks, projection rows, audit events and tenants in
     PostgreSQL.  L{ITenantStore} is forwarded whole to L{tenants} (Twisted's
@@ -95,6 +99,7 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
         self._states = PostgresStates(self.runner, clock)
         self._reads = PostgresReads(self.runner)
         self._events = PostgresEvents(self.runner, clock)
+        self._dashboard = PostgresDashboard(self.runner)
         self.tenants = PostgresTenants(self.runner, clock)
 
     @classmethod
@@ -147,9 +152,10 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
                      principal: Principal) -> Deferred[bool]:
         return self._states.acquire_lock(key, info, principal)
 
-    def release_lock(self, key: StateKey, lock_id: str | None,
-                     principal: Principal) -> Deferred[HeldLock | None]:
-        return self._states.release_lock(key, lock_id, principal)
+    def release_lock(self, key: StateKey, lock_id: str | None, principal: Principal,
+                     event_detail: Mapping[str, Any] | None = None,
+                     ) -> Deferred[HeldLock | None]:
+        return self._states.release_lock(key, lock_id, principal, event_detail)
 
     def get_lock(self, key: StateKey) -> Deferred[HeldLock | None]:
         return self._states.get_lock(key)
@@ -177,6 +183,20 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
     def query_resources(self, tenant: str,
                         query: ResourceQuery) -> Deferred[list[ResourceMatch]]:
         return self._reads.query_resources(tenant, query)
+
+    # -- the dashboard: PostgresDashboard ---------------------------------
+
+    def list_states_page(self, tenant: str, query: StateListQuery) -> Deferred[StatePage]:
+        return self._dashboard.list_states_page(tenant, query)
+
+    def create_session(self, session: UiSession) -> Deferred[None]:
+        return self._dashboard.create_session(session)
+
+    def find_session(self, id_hash: str, now: datetime) -> Deferred[UiSession | None]:
+        return self._dashboard.find_session(id_hash, now)
+
+    def delete_session(self, id_hash: str) -> Deferred[None]:
+        return self._dashboard.delete_session(id_hash)
 
     # -- the audit chain: PostgresEvents ----------------------------------
 

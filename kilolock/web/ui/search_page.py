@@ -1,0 +1,72 @@
+"""Resource search across the viewer's states (C{/ui/search}): which state
+manages this type, address or attribute value, from the store's resource
+query (the same search as C{/v1/native/resources})."""
+
+from __future__ import annotations
+
+from twisted.web.server import Request
+from twisted.web.template import Element, Tag, renderer, tags
+
+from kilolock.errors import BadRequest
+from kilolock.model import ResourceMatch, ResourceQuery
+from kilolock.scope import scope_prefix
+from kilolock.web._base import Response
+from kilolock.web.ui import BASE_PATH
+from kilolock.web.ui.base import UiResource, Viewer, render_page, template
+from kilolock.web.ui.params import state_url, text
+
+#: The most results a search shows.
+SEARCH_LIMIT = 200
+
+
+class SearchView(Element):
+    def __init__(self, fields: dict[str, str], matches: list[ResourceMatch] | None) -> None:
+        super().__init__(loader=template("search"))
+        self.fields = fields
+        self.matches = matches
+
+    @renderer
+    def page(self, request: Request, tag: Tag) -> Tag:
+        if self.matches is None:
+            count = "Give a type, an address pattern or an attribute."
+        elif len(self.matches) >= SEARCH_LIMIT:
+            count = f"The first {SEARCH_LIMIT} resources found (narrow the search for more)."
+        else:
+            count = f"{len(self.matches)} resources found."
+        return tag.fillSlots(count=count, **self.fields)
+
+    @renderer
+    def results(self, request: Request, tag: Tag) -> Tag:
+        if not self.matches:
+            return tag(tags.tr(tags.td("Nothing found.", colspan="5")))
+        return tag([tags.tr(tags.td(tags.a(match.state_path, href=state_url(match.state_path))),
+                            tags.th(tags.code(match.resource.address), scope="row"),
+                            tags.td(match.resource.type),
+                            tags.td(match.resource.module or "(root)"),
+                            tags.td(match.resource.provider))
+                    for match in self.matches])
+
+
+class SearchPage(UiResource):
+    """C{GET /ui/search?type=&address=&attribute=PATH=VALUE}."""
+
+    route = BASE_PATH + "/search"
+    section = BASE_PATH + "/search"
+
+    async def show(self, request: Request, viewer: Viewer) -> Response:
+        fields = {name: text(request, name) for name in ("type", "address", "attribute")}
+        matches = None
+        if any(fields.values()):
+            attribute = None
+            if fields["attribute"]:
+                path, separator, value = fields["attribute"].partition("=")
+                if not separator or not path:
+                    raise BadRequest("an attribute is PATH=VALUE, e.g. tags.Name=web")
+                attribute = (path, value)
+            query = ResourceQuery(type=fields["type"] or None,
+                                  address=fields["address"] or None, attribute=attribute,
+                                  path_prefix=scope_prefix(viewer.principal),
+                                  limit=SEARCH_LIMIT)
+            matches = await self.lane.store.query_resources(viewer.principal.tenant, query)
+        return await render_page(request, self.dashboard, viewer, "Search resources",
+                                 SearchView(fields, matches), section=self.section)

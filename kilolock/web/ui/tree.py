@@ -1,0 +1,92 @@
+"""The dashboard's resource tree (C{/ui/...}), and the root that sends a
+browser asking for C{/} there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attrs import frozen
+from twisted.web.resource import Resource
+from twisted.web.server import Request
+
+from kilolock.interfaces import ISessionStore, ITenantStore
+from kilolock.web._base import Directory, Response, render_async
+from kilolock.web.lane import StateLane
+from kilolock.web.ui import BASE_PATH
+from kilolock.web.ui.assets import Assets, StaticFolder
+from kilolock.web.ui.audit_page import AuditPage
+from kilolock.web.ui.base import Dashboard, UiResource, Viewer
+from kilolock.web.ui.headers import redirect
+from kilolock.web.ui.search_page import SearchPage
+from kilolock.web.ui.sessions import DEFAULT_SESSION_SECONDS, CredentialCheck, SessionKeeper
+from kilolock.web.ui.signin import SignInPage, SignOutPage
+from kilolock.web.ui.state_access import NotFoundPage, PagesBelow
+from kilolock.web.ui.state_page import StatePage
+from kilolock.web.ui.states_page import StatesPage
+
+
+@frozen
+class UiOptions:
+    """How the dashboard is set up: the static token (to check the sessions
+    of the static mode again), how long a session lasts, and the clock
+    sessions are timed by (None: the lane's reactor)."""
+
+    static_token: str = ""
+    session_seconds: float = DEFAULT_SESSION_SECONDS
+    clock: Any = None
+
+
+class UiRoot(UiResource):
+    """C{/ui}: the dashboard's pages below; C{/ui} itself goes to C{/ui/}."""
+
+    route = BASE_PATH
+
+    def __init__(self, dashboard: Dashboard) -> None:
+        super().__init__(dashboard)
+        self.putChild(b"", StatesPage(dashboard))
+        self.putChild(b"states", PagesBelow(dashboard, lambda name: StatePage(
+            dashboard, (name,))))
+        self.putChild(b"audit", AuditPage(dashboard))
+        self.putChild(b"search", SearchPage(dashboard))
+        self.putChild(b"sign-in", SignInPage(dashboard))
+        self.putChild(b"sign-out", SignOutPage(dashboard))
+        self.putChild(b"static", StaticFolder(dashboard.assets))
+
+    def getChild(self, path: bytes, request: Request) -> Resource:
+        return NotFoundPage(self.dashboard)
+
+    @render_async
+    async def render_GET(self, request: Request) -> Response:
+        return redirect(BASE_PATH + "/")
+
+    async def show(self, request: Request, viewer: Viewer) -> Response:
+        return redirect(BASE_PATH + "/")
+
+
+def build_dashboard(lane: StateLane, auth_mode: str, options: UiOptions) -> UiRoot:
+    """The dashboard over C{lane}'s store (which keeps the sessions)."""
+    store = lane.store
+    tenants = ITenantStore(store, None)
+    clock = options.clock if options.clock is not None else lane.reactor
+    if clock is None:
+        from twisted.internet import reactor as clock
+    keeper = SessionKeeper(ISessionStore(store), clock,
+                           CredentialCheck(auth_mode, options.static_token, tenants),
+                           options.session_seconds)
+    return UiRoot(Dashboard(lane, keeper, Assets(), auth_mode, tenants))
+
+
+def wants_html(request: Request) -> bool:
+    """Whether a browser asks: a GET or HEAD whose C{Accept} names HTML."""
+    accept = (request.getHeader(b"Accept") or b"").lower()
+    return request.method in (b"GET", b"HEAD") and b"text/html" in accept
+
+
+class RootDirectory(Directory):
+    """The state listener's root: fixed children, a JSON 404 for anything
+    else; but a browser's C{GET /} goes to the dashboard."""
+
+    def response_for(self, request: Request) -> Response:
+        if request.path == b"/" and wants_html(request):
+            return redirect(BASE_PATH + "/")
+        return super().response_for(request)
