@@ -16,6 +16,7 @@ from kilolock.text_rules import (
     TOO_LONG,
     NotJSON,
     check_text,
+    clean_text,
     load_json,
 )
 
@@ -130,13 +131,16 @@ class LockInfo:
 
     @classmethod
     def _of(cls, raw: bytes, doc: dict[str, Any]) -> LockInfo:
+        """The fields read from C{doc}; the ones only ever shown (who, what,
+        which version) with what a page cannot show (NUL, an unpaired
+        surrogate of an older record) as U+FFFD."""
         created = doc.get("Created")
         return cls(
             raw=raw,
             id=_text(doc.get("ID")),
-            operation=_text(doc.get("Operation")),
-            who=_text(doc.get("Who")),
-            version=_text(doc.get("Version")),
+            operation=clean_text(_text(doc.get("Operation"))),
+            who=clean_text(_text(doc.get("Who"))),
+            version=clean_text(_text(doc.get("Version"))),
             created=parse_created(created) if isinstance(created, str) else None,
         )
 

@@ -58,6 +58,7 @@ __all__ = [
     "check_depth",
     "check_document",
     "check_text",
+    "clean_document",
     "clean_json_text",
     "clean_text",
     "decode_utf8",
@@ -149,6 +150,36 @@ def clean_text(text: str) -> str:
     if "\x00" not in text and (text.isascii() or not _SURROGATE.search(text)):
         return text
     return _UNSAFE.sub("\ufffd", text)
+
+
+def clean_document(document: Any) -> Any:
+    """A copy of a decoded document with L{clean_text} applied to every
+    string, keys included (for showing a stored document where text must be
+    valid Unicode, e.g. in an HTML page).  Iterative: any nesting is fine."""
+    if isinstance(document, str):
+        return clean_text(document)
+    if not isinstance(document, dict | list):
+        return document
+    root: list[Any] = [None]
+    pending: list[tuple[Any, Any, Any]] = [(document, root, 0)]
+    while pending:
+        node, parent, slot = pending.pop()
+        if isinstance(node, str):
+            parent[slot] = clean_text(node)
+        elif isinstance(node, dict):
+            copy: dict[str, Any] = {}
+            parent[slot] = copy
+            for key, value in node.items():
+                cleaned = clean_text(key) if isinstance(key, str) else key
+                copy[cleaned] = None
+                pending.append((value, copy, cleaned))
+        elif isinstance(node, list):
+            items: list[Any] = [None] * len(node)
+            parent[slot] = items
+            pending.extend((value, items, index) for index, value in enumerate(node))
+        else:
+            parent[slot] = node
+    return root[0]
 
 
 # A JSON escape, taken as a unit from left to right: an escaped backslash

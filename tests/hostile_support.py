@@ -1,10 +1,10 @@
 """Hostile input against a whole Kilolock, in process, on either store.
 
   - L{Harness}: one store behind the real L{KilolockSite} of the state
-    listener (open auth, metrics on: the state lane, the native API, health,
-    metrics) and of the control API, each reached through L{SiteClient}.
-    On the PostgreSQL store the answers come from the real reactor, awaited
-    with C{pytest_twisted.blockon}.
+    listener (open auth, metrics and the dashboard on: the state lane, the
+    native API, health, metrics, the dashboard) and of the control API, each
+    reached through L{SiteClient}.  On the PostgreSQL store the answers come
+    from the real reactor (see L{Harness.call}).
   - L{Harness.snapshot}: what the store holds, as a value to compare before
     and after a request (every mutation moves its tenant's chain head).
   - Hypothesis strategies of hostile text, JSON documents, bodies, path
@@ -38,6 +38,7 @@ from kilolock.store.memory import MemoryStateStore
 from kilolock.web.control.api import ControlAPI
 from kilolock.web.control.tree import build_control_root
 from kilolock.web.site import build_root
+from kilolock.web.ui.tree import UiOptions
 
 #: The states every harness starts with: "app" (two versions, unlocked)
 #: and "held" (one version, locked with HELD_LOCK).
@@ -63,7 +64,8 @@ class Harness:
         #: The PostgreSQL store's database (None for memory).
         self.dsn: str | None = None
         metrics = Metrics.create()
-        root = build_root(store, build_portal(OpenChecker()), reactor=reactor, metrics=metrics)
+        root = build_root(store, build_portal(OpenChecker()), reactor=reactor, metrics=metrics,
+                          ui=UiOptions())
         self.state = SiteClient(root)
         api = ControlAPI(store, CONTROL_TOKEN, reactor, lambda request: STUB_PUBLIC_URL)
         self.control = SiteClient(build_control_root(api))
@@ -372,6 +374,9 @@ READ_VIEWS = [
     "/v1/native/states/app/-/diff", "/v1/native/states/app/-/outputs",
     "/v1/native/states/app/-/resources", "/v1/native/resources", "/v1/native/events",
     "/v1/native/events/verify", "/v1/native/events/head", "/v1/states/app",
+    "/ui/", "/ui/states/app", "/ui/states/held", "/ui/states/fuzzed", "/ui/audit",
+    "/ui/states/app/-/history", "/ui/states/fuzzed/-/history", "/ui/states/fuzzed/-/diff",
+    "/ui/search?type=t",
 ]
 
 

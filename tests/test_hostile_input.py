@@ -199,24 +199,31 @@ OLD_LOCK = (b'{"ID":"old-lock","Who":"eve\\ud800","Operation":"OperationTypeAppl
 @pytest_twisted.ensureDeferred
 async def test_records_stored_before_the_rules_never_break_a_read(harness: Harness) -> None:
     """A lock (and its events) stored by an older Kilolock, holding what the
-    rules now refuse: the state list, summary, lock view, events and both
-    chain verifications answer, its text escaped; kl's own check of the
-    chain holds; the lock can be released."""
+    rules now refuse: the state list, summary, lock view, events, both chain
+    verifications and the dashboard answer -- the holder shown with U+FFFD,
+    the event's detail (which is hashed) with its escape, so that kl's own
+    check of the chain holds; the lock can be released."""
     key = StateKey(DEFAULT_TENANT, "app")
     old = Principal(DEFAULT_TENANT, "old-client")
 
     def check() -> None:
         assert harness.wait(lambda: harness.store.acquire_lock(
             key, LockInfo.stored(OLD_LOCK), old)) is True
+        harness.wait(lambda: harness.store.record_event(
+            DEFAULT_TENANT, "note", "old-client", detail={"who": "eve\ud800"}))
         read_views_answer(harness)
         lock = harness.state_request("GET", "/v1/native/states/app/-/lock").json()["lock"]
-        assert (lock["id"], lock["who"], lock["info"]) == ("old-lock", "eve\ud800", None)
+        assert (lock["id"], lock["who"], lock["info"]) == ("old-lock", "eve\ufffd", None)
         events = harness.state_request("GET", "/v1/native/events").json()["events"]
+        assert events[-2]["detail"]["who"] == "eve\ufffd"
         assert events[-1]["detail"]["who"] == "eve\ud800"
+        assert "\\ud800" in events[-1]["detailText"]
         assert check_chain(events, complete=True) is None
         conflict = harness.state_request("POST", "/v1/native/states/app/-/rollback",
                                          b'{"version": 1}')
         assert conflict.status == 423 and conflict.json()["error"]["lock"] is None
+        page = harness.state_request("GET", "/ui/states/app")
+        assert page.status == 200 and "eve\ufffd".encode() in page.body
         assert harness.state_request("UNLOCK", "/v1/states/app", b"").status == 200
         read_views_answer(harness)
 

@@ -1,4 +1,5 @@
-"""Every route family of both listeners, fuzzed with hostile input on both
+"""Every route family of both listeners (the state lane, the native API,
+the control API, health and metrics, the dashboard), fuzzed with hostile input on both
 stores (property-based, hypothesis), in process through the real
 L{KilolockSite}: no input is answered 5xx, a JSON answer is always JSON,
 nothing is stored from a refused request, and the server serves on
@@ -84,6 +85,14 @@ CONTROL = requests(
     ["deleted", "states", "state", "kind", "since", "until", "head"],
     st.tuples(st.sampled_from(["POST", "DELETE"]), control_bodies))
 
+DASHBOARD = requests(
+    ["/ui/", "/ui/{s}", "/ui/states/{s}", "/ui/states/app", "/ui/states/{s}/-/{s}",
+     "/ui/states/app/-/history", "/ui/states/app/-/diff", "/ui/states/app/-/versions/{s}",
+     "/ui/states/held/-/unlock", "/ui/audit", "/ui/search", "/ui/sign-in", "/ui/sign-out",
+     "/ui/static/{s}", "/"],
+    ["kind", "state", "by", "page", "type", "address", "module", "attribute", "from", "to",
+     "q", "sort", "next", "token", "csrf"])
+
 HEALTH = requests(
     ["/healthz", "/readyz", "/metrics", "/", "/.well-known/kilolock", "/healthz/{s}",
      "/readyz/{s}", "/metrics/{s}", "/{s}", "/.well-known/{s}", "/v1", "/v1/{s}"],
@@ -103,6 +112,7 @@ FAMILIES = {
     "native": (NATIVE, _state),
     "control": (CONTROL, _control),
     "health-metrics": (HEALTH, _state),
+    "dashboard": (DASHBOARD, _state),
 }
 
 

@@ -19,7 +19,7 @@ from kilolock.model import (
     StateVersion,
     rfc3339,
 )
-from kilolock.text_rules import stored_document
+from kilolock.text_rules import clean_document, stored_document
 from kilolock.web._base import Response, error_body
 from kilolock.web.documents import json_response, lock_document
 
@@ -79,14 +79,14 @@ def match_document(match: ResourceMatch) -> dict[str, Any]:
 
 
 def event_detail(event: AuditEvent | None) -> dict[str, Any]:
-    """An event's detail as a JSON object (empty when it is not one)."""
+    """An event's detail as a JSON object (empty when it is not one), for
+    reading its facts: text a page cannot show (NUL, an unpaired surrogate
+    an older record holds) is U+FFFD.  (The event document keeps the exact
+    text under C{detailText}: the hash is over that.)"""
     if event is None:
         return {}
-    try:
-        detail = json.loads(event.detail)
-    except ValueError:
-        return {}
-    return detail if isinstance(detail, dict) else {}
+    detail = stored_document(event.detail)
+    return clean_document(detail) if isinstance(detail, dict) else {}
 
 
 def locked_response(error: LockConflict, metrics: Metrics | None,
