@@ -210,6 +210,8 @@ def _client(principal: Principal) -> dict[str, Any]:
     detail: dict[str, Any] = {"client": principal.address} if principal.address else {}
     if principal.token_id:  # hosted mode: which token acted
         detail["token"] = principal.token_id
+    if principal.oidc is not None:  # a CI job: issuer, sub, repository, ref, run, sha
+        detail["oidc"] = principal.oidc.audit_detail()
     return detail
 
 
@@ -240,3 +242,22 @@ def control_detail(principal: Principal, **fields: Any) -> dict[str, Any]:
     ...): what changed (ids and names, never a token's secret or hash) and
     who asked."""
     return {**fields, **_client(principal)}
+
+
+def oidc_policy_detail(document: str, principal: Principal) -> dict[str, Any]:
+    """Detail of an C{oidc_policy_set} event: the issuers trusted (name and
+    URL), the rules' names, and the SHA-256 of the stored document (the
+    document itself is read through the control API)."""
+    try:
+        parsed = json.loads(document)
+    except ValueError:
+        parsed = {}
+    issuers = parsed.get("issuers", []) if isinstance(parsed, dict) else []
+    rules = parsed.get("rules", []) if isinstance(parsed, dict) else []
+    return {
+        "issuers": [{"name": issuer.get("name"), "url": issuer.get("url")}
+                    for issuer in issuers if isinstance(issuer, dict)],
+        "rules": [rule.get("name") for rule in rules if isinstance(rule, dict)],
+        "sha256": hashlib.sha256(document.encode()).hexdigest(),
+        **_client(principal),
+    }

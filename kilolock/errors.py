@@ -7,7 +7,8 @@ state bytes, tokens or passwords.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 
 class KilolockError(Exception):
@@ -24,7 +25,7 @@ class KilolockError(Exception):
         """Extra response headers this error needs (e.g. C{WWW-Authenticate})."""
         return {}
 
-    def details(self) -> dict[str, str]:
+    def details(self) -> dict[str, Any]:
         """Extra members of the JSON error object (e.g. the C{field} at fault)."""
         return {}
 
@@ -69,7 +70,24 @@ class ChecksumMismatch(BadRequest):
     code = "content_md5_mismatch"
 
 
-class Unauthorized(KilolockError):
+class Denied(KilolockError):
+    """A caller refused (401 or 403), and why, for the access log.
+
+    @ivar reason: a stable code naming the refusal (C{unknown_token},
+        C{read_only}, C{oidc_expired}, ...): the access log's C{denied}.
+    @ivar log_fields: what else the server log may say about it (an OIDC
+        token's issuer, subject and the rules evaluated; never a secret).
+        The client sees only the message.
+    """
+
+    def __init__(self, message: str, reason: str | None = None,
+                 log_fields: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or self.code
+        self.log_fields = dict(log_fields or {})
+
+
+class Unauthorized(Denied):
     status = 401
     code = "unauthorized"
 
@@ -77,7 +95,7 @@ class Unauthorized(KilolockError):
         return {b"WWW-Authenticate": b'Basic realm="kilolock"'}
 
 
-class Forbidden(KilolockError):
+class Forbidden(Denied):
     status = 403
     code = "forbidden"
 
@@ -204,7 +222,7 @@ class _AboutAField(KilolockError):
         super().__init__(message)
         self.field = field
 
-    def details(self) -> dict[str, str]:
+    def details(self) -> dict[str, Any]:
         return {"field": self.field}
 
 
@@ -247,3 +265,25 @@ class EnvironmentNotFound(NotFound):
 
 class TokenNotFound(NotFound):
     code = "token_not_found"
+
+
+# -- CI identity (OIDC policies) ------------------------------------------------
+
+
+class InvalidOidcPolicy(BadRequest):
+    """An OIDC policy document breaks the rules; C{problems} lists each, with
+    its place (C{rules[1] "prs-read".grant.access: ...})."""
+
+    code = "invalid_oidc_policy"
+
+    def __init__(self, problems: list[str] | tuple[str, ...]) -> None:
+        super().__init__(f"the OIDC policy has {len(problems)} problem(s): "
+                         + "; ".join(problems))
+        self.problems = list(problems)
+
+    def details(self) -> dict[str, Any]:
+        return {"problems": self.problems}
+
+
+class OidcPolicyNotFound(NotFound):
+    code = "oidc_policy_not_found"

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
         HeldLock,
         IssuedToken,
         LockInfo,
+        OidcPolicyRecord,
+        OidcTenant,
         Principal,
         Projection,
         ResourceMatch,
@@ -107,6 +109,7 @@ class IStateStore(Interface):
         """Lock C{key} with C{info} (a L{LockInfo}), creating the state row if
         needed.  A LOCK with the holder's own ID is an idempotent success.
         L{LockConflict} (423, the holder's bytes) when someone else holds it.
+        The lock records C{principal.oidc_token_digest} (see L{HeldLock}).
 
         @return: a Deferred firing with True when newly acquired, False for the
             idempotent replay.
@@ -304,3 +307,47 @@ class ITenantStore(Interface):
         token does not make every request a write).
 
         @return: a Deferred firing with the L{ApiToken} or None."""
+
+    def refused_token_reason(token_hash: str) -> Deferred[str]:
+        """Why L{authenticate_token} found no live token with this hash, for
+        the access log (asked only after a refusal).
+
+        @return: a Deferred firing with C{"unknown_token"},
+            C{"revoked_token"} or C{"tenant_deleted"}."""
+
+
+class IOidcPolicyStore(Interface):
+    """Hosted mode: each tenant's OIDC policy (trusted issuers and rules for
+    CI tokens).  Both stores provide it next to L{IStateStore}.
+
+    The store keeps the document as text; the control API validates it
+    (L{kilolock.oidc.validation}).  Setting and removing a policy append
+    C{oidc_policy_set} / C{oidc_policy_delete} to the tenant's chain in the
+    same transaction.  C{tenant} names a tenant by slug or id, as in
+    L{ITenantStore}; an unknown (or, for changes, deleted) one is
+    L{kilolock.errors.TenantNotFound}.
+    """
+
+    def get_oidc_policy(tenant: str) -> Deferred[OidcPolicyRecord | None]:
+        """@return: a Deferred firing with the tenant's L{OidcPolicyRecord},
+        or None when it has none."""
+
+    def put_oidc_policy(tenant: str, document: str,
+                        actor: Principal) -> Deferred[OidcPolicyRecord]:
+        """Set (or replace) the tenant's policy: C{document} is the canonical
+        JSON text of a validated policy.
+
+        @return: a Deferred firing with the stored L{OidcPolicyRecord}."""
+
+    def delete_oidc_policy(tenant: str, actor: Principal) -> Deferred[OidcPolicyRecord | None]:
+        """Remove the tenant's policy (no event when it had none).
+
+        @return: a Deferred firing with the removed record, or None."""
+
+    def oidc_tenant_of_workspace(workspace_id: str) -> Deferred[OidcTenant | None]:
+        """What verifying a CI token for a state of workspace C{workspace_id}
+        needs: the live tenant owning it, its policy, its workspaces and
+        environments.
+
+        @return: a Deferred firing with the L{OidcTenant}, or None when no
+            live tenant has that workspace."""

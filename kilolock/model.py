@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attrs import field, frozen
 
@@ -19,6 +19,9 @@ from kilolock.text_rules import (
     clean_text,
     load_json,
 )
+
+if TYPE_CHECKING:
+    from kilolock.oidc_access import OidcAccess
 
 #: The tenant every request belongs to in the C{open} and C{static} auth modes.
 DEFAULT_TENANT = "default"
@@ -79,10 +82,19 @@ class Principal:
     #: The username of Basic credentials (None for Bearer): in the database
     #: auth mode it must be the token's workspace_id.
     basic_username: str | None = None
+    #: A CI job's OIDC token: its grants, its identity for the audit trail,
+    #: its digest (recorded with the locks it takes).  None for any other
+    #: credential.
+    oidc: OidcAccess | None = field(default=None, eq=False)
 
     @property
     def can_write(self) -> bool:
         return self.scope == "write"
+
+    @property
+    def oidc_token_digest(self) -> str | None:
+        """What a lock taken by this principal records of its credential."""
+        return None if self.oidc is None else self.oidc.token_digest
 
 
 @frozen
@@ -156,6 +168,9 @@ class HeldLock:
     info: LockInfo
     acquired_at: datetime
     principal: str
+    #: The SHA-256 of the OIDC token that took the lock (None for any other
+    #: credential): an expired CI token may finish the work it locked.
+    token_digest: str | None = field(default=None, repr=False)
 
 
 @frozen
@@ -492,3 +507,32 @@ class UiSession:
     csrf: str
     created_at: datetime
     expires_at: datetime
+
+
+# -- CI identity: OIDC policies of hosted tenants (issue 15) -------------------
+
+#: Event kinds of a tenant's OIDC policy being set or removed.
+OIDC_POLICY_SET = "oidc_policy_set"
+OIDC_POLICY_DELETE = "oidc_policy_delete"
+
+
+@frozen
+class OidcPolicyRecord:
+    """A hosted tenant's stored OIDC policy: the canonical JSON text of a
+    validated document (L{kilolock.oidc.validation.validate_policy})."""
+
+    tenant_id: str
+    document: str
+    updated_at: datetime
+
+
+@frozen
+class OidcTenant:
+    """What verifying a CI token for a hosted state needs of the tenant that
+    owns the workspace: the tenant, its policy (None: it has none), and its
+    workspaces and environments (grants may name them by id or by name)."""
+
+    tenant_id: str
+    document: str | None
+    workspaces: tuple[Workspace, ...] = ()
+    environments: tuple[Environment, ...] = ()

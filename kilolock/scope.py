@@ -15,6 +15,15 @@ of hosted mode is scoped to one workspace/environment:
 A read-only token may only read (403 on anything that writes).  The checks
 run in that order: the username, the address, then the write.
 
+A CI job's OIDC token (L{kilolock.oidc_access}) addresses its tenant's
+states as given, and its rules' grants decide, state by state, whether it
+may read, write or only read outputs (403 otherwise); an expired one (within
+the lock grace) may only finish the work it locked, which the lane checks
+against the state's lock (C{finishing}).
+
+Every refusal names its reason (C{wrong_basic_username}, C{wrong_environment},
+C{read_only}, C{oidc_...}): the access log says why.
+
 Pure: no Twisted, no I/O.  Both state lanes (L{kilolock.web.states} and
 L{kilolock.web.native}) call it.
 """
@@ -25,6 +34,7 @@ from collections.abc import Sequence
 
 from kilolock.errors import Forbidden
 from kilolock.model import Principal, StateKey
+from kilolock.oidc.policy import Access
 
 __all__ = ["check_caller", "in_scope", "scope_prefix", "state_key"]
 
@@ -32,20 +42,28 @@ __all__ = ["check_caller", "in_scope", "scope_prefix", "state_key"]
 def _check_username(principal: Principal) -> None:
     if (principal.workspace_id is not None and principal.basic_username is not None
             and principal.basic_username != principal.workspace_id):
-        raise Forbidden("the Basic username must be the token's workspace_id")
+        raise Forbidden("the Basic username must be the token's workspace_id",
+                        reason="wrong_basic_username")
 
 
 def _check_write(principal: Principal, write: bool) -> None:
     if write and not principal.can_write:
-        raise Forbidden("this token is read-only")
+        raise Forbidden("this token is read-only", reason="read_only")
 
 
-def state_key(principal: Principal, segments: Sequence[str], write: bool) -> StateKey:
+def state_key(principal: Principal, segments: Sequence[str], write: bool, *,
+              access: Access | None = None, finishing: bool = False) -> StateKey:
     """The caller's state at the validated path C{segments} (one or three).
 
+    @param access: what an OIDC token's grants must allow (default: write
+        for C{write}, else read; C{outputs-only} for a read of outputs).
+    @param finishing: the request writes under a lock or releases one: an
+        expired OIDC token passes here, and the caller checks that it holds
+        the lock (L{kilolock.oidc_access.OidcAccess.require_finishing}).
     @raise Forbidden: a Basic username that is not the token's workspace, an
         address outside the token's workspace/environment, or a write with a
-        read-only token.
+        read-only token; an OIDC token whose grants do not allow C{access}
+        (L{kilolock.errors.Denied}, 401 for an expired one).
     """
     _check_username(principal)
     path = "/".join(segments)
@@ -54,8 +72,12 @@ def state_key(principal: Principal, segments: Sequence[str], write: bool) -> Sta
         if len(segments) == 1:
             path = "/".join((*scope, segments[0]))
         elif tuple(segments[:2]) != scope:
-            raise Forbidden("this token does not grant access to that workspace/environment")
+            raise Forbidden("this token does not grant access to that workspace/environment",
+                            reason="wrong_environment")
     _check_write(principal, write)
+    oidc = principal.oidc
+    if oidc is not None and not (finishing and oidc.expired):
+        oidc.require(path, access or (Access.WRITE if write else Access.READ))
     return StateKey(principal.tenant, path)
 
 
@@ -63,10 +85,13 @@ def check_caller(principal: Principal, write: bool) -> None:
     """The rules of L{state_key} for a request that names no state (a
     listing, a search): the Basic username, then the write.
 
-    @raise Forbidden: when either rule refuses.
+    @raise Forbidden: when either rule refuses; an expired OIDC token is
+        refused too (it may only finish locked work).
     """
     _check_username(principal)
     _check_write(principal, write)
+    if principal.oidc is not None:
+        principal.oidc.require_fresh()
 
 
 def scope_prefix(principal: Principal) -> str | None:
@@ -79,6 +104,9 @@ def scope_prefix(principal: Principal) -> str | None:
 
 def in_scope(principal: Principal, path: str | None) -> bool:
     """Whether the state at C{path} is one the principal may see in a listing
-    (an event about no state is outside every token's scope)."""
+    (an event about no state is outside every token's scope; an OIDC token
+    sees the states its grants let it read)."""
+    if principal.oidc is not None:
+        return path is not None and principal.oidc.allows(path, Access.READ)
     prefix = scope_prefix(principal)
     return prefix is None or (path is not None and path.startswith(prefix))

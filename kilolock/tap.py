@@ -33,6 +33,9 @@ from kilolock.auth import (
 )
 from kilolock.interfaces import IStateStore, ITenantStore
 from kilolock.metrics import Metrics
+from kilolock.oidc.grace import DEFAULT_GRACE, MAX_GRACE
+from kilolock.oidc_auth import oidc_checker
+from kilolock.oidc_settings import check_oidc_settings, oidc_policy_source
 from kilolock.store.memory import MemoryStateStore
 from kilolock.tls import check_client_ca, mtls_service
 from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
@@ -89,6 +92,13 @@ class Settings:
     #: sessions last.
     ui: str = "on"
     ui_session_seconds: float = DEFAULT_SESSION_SECONDS
+    # CI identity (OIDC tokens): the static mode's policy file, and the
+    # seconds an expired token may still finish the work it locked.
+    oidc_config: str | None = None
+    oidc_lock_grace: float = DEFAULT_GRACE
+    #: For Kilolock's own tests only: a file holding the time CI tokens are
+    #: verified at (KL_TESTING_OIDC_CLOCK_FILE, no command-line option).
+    testing_oidc_clock_file: str | None = None
 
     @classmethod
     def from_sources(cls, options: Mapping[str, Any],
@@ -130,6 +140,10 @@ class Settings:
             ui=pick("ui", "KL_UI", "on"),
             ui_session_seconds=_number(float, "KL_UI_SESSION_SECONDS", pick(
                 "ui-session-seconds", "KL_UI_SESSION_SECONDS", DEFAULT_SESSION_SECONDS)),
+            oidc_config=pick("oidc-config", "KL_OIDC_CONFIG", None),
+            oidc_lock_grace=_number(float, "KL_OIDC_LOCK_GRACE", pick(
+                "oidc-lock-grace", "KL_OIDC_LOCK_GRACE", DEFAULT_GRACE)),
+            testing_oidc_clock_file=environ.get("KL_TESTING_OIDC_CLOCK_FILE") or None,
         )
         settings.check()
         return settings
@@ -139,8 +153,10 @@ class Settings:
             raise usage.UsageError(f"--store must be one of {', '.join(STORES)}")
         if self.auth_mode not in AUTH_MODES:
             raise usage.UsageError(f"KL_AUTH_MODE must be one of {', '.join(AUTH_MODES)}")
-        if self.auth_mode == "static" and not self.auth_token:
-            raise usage.UsageError("KL_AUTH_MODE=static needs KL_AUTH_TOKEN")
+        if self.auth_mode == "static" and not (self.auth_token or self.oidc_config):
+            raise usage.UsageError("KL_AUTH_MODE=static needs KL_AUTH_TOKEN, --oidc-config,"
+                                   " or both")
+        check_oidc_settings(self.auth_mode, self.oidc_config, self.oidc_lock_grace)
         if self.auth_mode == "database":
             self._check_hosted()
         if self.max_body_bytes <= 0:
@@ -238,6 +254,12 @@ class Options(usage.Options):
         ["ui", None, None, "on or off: the dashboard at /ui/ [KL_UI, default on]"],
         ["ui-session-seconds", None, None, "seconds a dashboard session lasts from sign-in"
          f" [KL_UI_SESSION_SECONDS, default {DEFAULT_SESSION_SECONDS}]"],
+        ["oidc-config", None, None,
+         "TOML (or .json) file of trusted OIDC issuers and rules for CI tokens (static auth"
+         " mode; see docs/ci-identity.md) [KL_OIDC_CONFIG]"],
+        ["oidc-lock-grace", None, None,
+         "seconds after its expiry a CI token may still write and unlock the lock it took,"
+         f" 0 to {MAX_GRACE:.0f} [KL_OIDC_LOCK_GRACE, default {DEFAULT_GRACE:.0f}]"],
     ]
 
     def __init__(self) -> None:
@@ -293,11 +315,16 @@ def build_store(settings: Settings, reactor: Any) -> IStateStore:
     return postgres_store_from_settings(settings, reactor)
 
 
-def build_portal_for(settings: Settings, store: IStateStore) -> Any:
+def build_portal_for(settings: Settings, store: IStateStore, reactor: Any = None) -> Any:
+    """The portal of the auth mode's checker, with the checker of CI tokens
+    in the database mode and in a static mode with C{--oidc-config}."""
+    oidc = oidc_policy_source(settings.auth_mode, settings.oidc_config, store)
+    extra = [] if oidc is None else [oidc_checker(
+        oidc, reactor, settings.oidc_lock_grace, settings.testing_oidc_clock_file)]
     if settings.auth_mode == "static":
-        return build_portal(StaticTokenChecker(settings.auth_token))
+        return build_portal(StaticTokenChecker(settings.auth_token or None), *extra)
     if settings.auth_mode == "database":
-        return build_portal(DatabaseTokenChecker(ITenantStore(store)))
+        return build_portal(DatabaseTokenChecker(ITenantStore(store)), *extra)
     return build_portal(OpenChecker())
 
 
@@ -472,7 +499,7 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
         reactor = default_reactor
     if store is None:
         store = build_store(settings, reactor)
-    portal = build_portal_for(settings, store)
+    portal = build_portal_for(settings, store, reactor)
     metrics = Metrics.create()
     site = KilolockSite(
         build_root(store, portal, reactor, metrics=metrics, auth_mode=settings.auth_mode,

@@ -81,9 +81,9 @@ CONTROL = requests(
      "/v1/api/tenants/acme/workspaces/default/environments/{s}",
      "/v1/api/tenants/acme/tokens", "/v1/api/tenants/acme/tokens/{s}",
      "/v1/api/tenants/{s}/events", "/v1/api/tenants/acme/events/verify", "/v1/api/{s}",
-     "/v1/{s}", "/healthz"],
+     "/v1/api/tenants/acme/oidc-policy", "/v1/{s}", "/healthz"],
     ["deleted", "states", "state", "kind", "since", "until", "head"],
-    st.tuples(st.sampled_from(["POST", "DELETE"]), control_bodies))
+    st.tuples(st.sampled_from(["POST", "PUT", "DELETE"]), control_bodies))
 
 DASHBOARD = requests(
     ["/ui/", "/ui/{s}", "/ui/states/{s}", "/ui/states/app", "/ui/states/{s}/-/{s}",

@@ -12,7 +12,16 @@ from typing import IO
 
 import kilolock
 from kilolock.kl.arguments import CommandTree, Parser, positive_float
-from kilolock.kl.commands import control, events, history, locks, resources, states, versions
+from kilolock.kl.commands import (
+    control,
+    events,
+    history,
+    locks,
+    oidc,
+    resources,
+    states,
+    versions,
+)
 from kilolock.kl.config import (
     DEFAULT_CONTROL_URL,
     DEFAULT_DISCOVERY_TIMEOUT,
@@ -25,7 +34,7 @@ from kilolock.kl.exits import EXIT_INTERRUPTED, EXIT_OK, KlError
 from kilolock.kl.output import Output
 
 #: The command modules, in the order C{kl --help} lists their commands.
-COMMAND_GROUPS = (states, history, versions, locks, resources, events, control)
+COMMAND_GROUPS = (states, history, versions, locks, resources, events, control, oidc)
 
 
 def _common_options() -> argparse.ArgumentParser:

@@ -18,6 +18,7 @@ The modules, from the bottom up (each imports only modules listed before it):
 - L{kilolock.oidc.credential}: which presented secrets are OIDC tokens
   (imports nothing of the package: the auth layer can use it alone).
 - L{kilolock.oidc.grace}: finishing a locked apply after the token expired.
+- L{kilolock.oidc.places}: hosted grants naming workspaces and environments, as ids.
 
 docs/ci-identity.md explains the trust model.
 """

@@ -30,7 +30,7 @@ from kilolock.audit import (
     write_detail,
 )
 from kilolock.errors import StateNotFound
-from kilolock.interfaces import ISessionStore, IStateStore, ITenantStore
+from kilolock.interfaces import IOidcPolicyStore, ISessionStore, IStateStore, ITenantStore
 from kilolock.model import (
     LOCK_ACQUIRE,
     STATE_DELETE,
@@ -38,6 +38,8 @@ from kilolock.model import (
     AuditEvent,
     HeldLock,
     LockInfo,
+    OidcPolicyRecord,
+    OidcTenant,
     Principal,
     Projection,
     ResourceMatch,
@@ -57,6 +59,7 @@ from kilolock.model import (
 from kilolock.resource_query import check_query, row_matches, state_matches
 from kilolock.state_listing import check_listing, listed, sort_and_page, writer_of
 from kilolock.state_rules import Replay, holder_of
+from kilolock.store.memory_oidc import MemoryOidcPolicies
 from kilolock.store.memory_tenants import MemoryTenants
 
 
@@ -83,14 +86,15 @@ class StoredState:
         return self.versions[-1] if self.versions else None
 
 
-@implementer(IStateStore, ITenantStore, ISessionStore)
+@implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore)
 @define
 class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ignore[misc]
     """Every state, version, lock and event of every tenant, in dicts.
 
     L{ITenantStore} is forwarded to L{tenants} (Twisted's
     C{proxyForInterface}: mypy cannot follow a base class made at run time),
-    which shares the states and the audit chain.
+    which shares the states and the audit chain; L{IOidcPolicyStore} to
+    L{oidc_policies}.
     """
 
     clock: Callable[[], datetime] = utcnow
@@ -101,10 +105,15 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
     _heads: dict[str, ChainHead] = field(factory=dict, init=False)
     _sessions: dict[str, UiSession] = field(factory=dict, init=False)
     tenants: MemoryTenants = field(init=False)
+    oidc_policies: MemoryOidcPolicies = field(init=False)
 
     @tenants.default
     def _tenants_sharing_this_store(self) -> MemoryTenants:
         return MemoryTenants(self._states, self._append_event, self.clock)
+
+    @oidc_policies.default
+    def _policies_of_the_tenants(self) -> MemoryOidcPolicies:
+        return MemoryOidcPolicies(self.tenants, self._append_event, self.clock)
 
     def start(self) -> Deferred[None]:
         return succeed(None)
@@ -122,6 +131,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
         self._heads.clear()
         self._sessions.clear()
         self.tenants.forget()
+        self.oidc_policies.forget()
 
     # -- the state lane -------------------------------------------------
 
@@ -191,7 +201,8 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
                 state = self._states[key] = StoredState(created_at=now, updated_at=now)
             if not state_rules.decide_lock(info.id, holder_of(state.lock)):
                 return False
-            state.lock = HeldLock(info=info, acquired_at=now, principal=principal.name)
+            state.lock = HeldLock(info=info, acquired_at=now, principal=principal.name,
+                                  token_digest=principal.oidc_token_digest)
             self._append_event(key.tenant, LOCK_ACQUIRE, principal.name, key.path, now,
                                lock_id=info.id, detail=lock_detail(info, principal))
             return True
@@ -220,6 +231,22 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
     def get_lock(self, key: StateKey) -> Deferred[HeldLock | None]:
         state = self._states.get(key)
         return succeed(state.lock if state else None)
+
+    # -- OIDC policies: MemoryOidcPolicies ------------------------------
+
+    def get_oidc_policy(self, tenant: str) -> Deferred[OidcPolicyRecord | None]:
+        return self.oidc_policies.get_oidc_policy(tenant)
+
+    def put_oidc_policy(self, tenant: str, document: str,
+                        actor: Principal) -> Deferred[OidcPolicyRecord]:
+        return self.oidc_policies.put_oidc_policy(tenant, document, actor)
+
+    def delete_oidc_policy(self, tenant: str,
+                           actor: Principal) -> Deferred[OidcPolicyRecord | None]:
+        return self.oidc_policies.delete_oidc_policy(tenant, actor)
+
+    def oidc_tenant_of_workspace(self, workspace_id: str) -> Deferred[OidcTenant | None]:
+        return self.oidc_policies.oidc_tenant_of_workspace(workspace_id)
 
     # -- inspection -----------------------------------------------------
 

@@ -319,7 +319,40 @@ class MemoryTenants:
             token = self._tokens[token.id] = evolve(token, last_used_at=now)
         return succeed(token)
 
-    # -- used by the state lane -----------------------------------------
+    def refused_token_reason(self, token_hash: str) -> Deferred[str]:
+        token_id = self._token_hashes.get(token_hash)
+        token = self._tokens.get(token_id) if token_id is not None else None
+        tenant = None if token is None else self._tenants.get(token.tenant_id)
+        if token is None or tenant is None:
+            return succeed("unknown_token")
+        if tenant.deleted_at is not None:
+            return succeed("tenant_deleted")
+        return succeed("revoked_token" if token.revoked_at is not None else "unknown_token")
+
+    # -- used by the state lane and the OIDC policies ---------------------
+
+    def live_tenant(self, tenant: str) -> Tenant:
+        """The live tenant a slug or id names.  @raise TenantNotFound."""
+        return self._live(tenant)
+
+    def known_tenant(self, tenant: str) -> Tenant:
+        """The tenant (deleted ones too) a slug or id names.
+        @raise TenantNotFound."""
+        return self._known(tenant)
+
+    def places_of_workspace(self, workspace_id: str,
+                            ) -> tuple[Tenant, list[Workspace], list[Environment]] | None:
+        """The live tenant owning the workspace, with all its workspaces and
+        environments; None when no live tenant has it."""
+        workspace = self._workspaces.get(workspace_id)
+        tenant = None if workspace is None else self._tenants.get(workspace.tenant_id)
+        if tenant is None or tenant.deleted_at is not None:
+            return None
+        return (tenant,
+                sorted((w for w in self._workspaces.values() if w.tenant_id == tenant.id),
+                       key=lambda w: w.id),
+                sorted((e for e in self._environments.values() if e.tenant_id == tenant.id),
+                       key=lambda e: e.id))
 
     def check_state_owner(self, key: StateKey) -> None:
         """Refuse to create a state of a hosted tenant that was deleted, or

@@ -32,9 +32,9 @@ from twisted.web.error import UnsupportedMethod
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
-from kilolock.errors import InvalidPath, KilolockError, LockConflict, NotFound
+from kilolock.errors import Denied, InvalidPath, KilolockError, LockConflict, NotFound
 from kilolock.metrics import Metrics
-from kilolock.web.context import UNMATCHED
+from kilolock.web.context import UNMATCHED, note_denial
 from kilolock.web.paths import validate_segment
 
 log = Logger()
@@ -57,7 +57,7 @@ class Response:
     headers: dict[bytes, bytes] = field(factory=dict)
 
 
-def error_body(code: str, message: str, **details: str) -> bytes:
+def error_body(code: str, message: str, **details: Any) -> bytes:
     """The JSON error document every failure (but lock conflicts) answers with."""
     return json.dumps({"error": {"code": code, "message": message, **details}}).encode()
 
@@ -148,6 +148,8 @@ def render_async(handler: Callable[[R, Request], Coroutine[Any, Any, Response]],
         def failed(failure: Failure) -> None:
             if disconnected and failure.check(CancelledError):
                 return
+            if isinstance(failure.value, Denied):
+                note_denial(request, failure.value)
             answer(response_for_failure(failure, resource.metrics))
 
         request.notifyFinish().addErrback(gone)
@@ -210,6 +212,8 @@ class ErrorPage(KilolockResource):
         self.route = route
 
     def render(self, request: Request) -> int:
+        if isinstance(self.error, Denied):
+            note_denial(request, self.error)
         write_response(request, self.response_for(request))
         return NOT_DONE_YET
 

@@ -10,11 +10,15 @@ request is done.
 
 from __future__ import annotations
 
-from attrs import define
+from attrs import define, field
+from twisted.logger import Logger
 from twisted.web.server import Request
 from zope.interface import Interface, implementer
 
+from kilolock.errors import Denied
 from kilolock.model import Principal, StateKey
+
+log = Logger(namespace="kilolock.auth")
 
 #: The route of a request no resource answered (an unknown path, a bad segment).
 UNMATCHED = "unmatched"
@@ -36,6 +40,12 @@ class RequestContext:
     principal: Principal | None = None
     #: The state the request addresses, once the scope rule allowed it.
     key: StateKey | None = None
+    #: Why the caller was refused (401/403), for the access log: a reason
+    #: code (C{unknown_token}, C{read_only}, C{oidc_no_rule_matched}, ...).
+    denied: str | None = None
+    #: What else the log may say about the refusal (an OIDC token's issuer,
+    #: identity and rules evaluated; never a secret).
+    denied_fields: dict[str, str] = field(factory=dict)
 
     @property
     def tenant(self) -> str | None:
@@ -50,3 +60,17 @@ def context_of(request: Request) -> RequestContext:
     context = RequestContext()
     request.setComponent(IRequestContext, context)
     return context
+
+
+def note_denial(request: Request, error: Denied) -> None:
+    """Record why the request was refused (the access log names it), and
+    log a refused CI token's details: its reason, the issuer, the rules
+    evaluated and, once verified, who it is (never the token)."""
+    context = context_of(request)
+    context.denied = error.reason
+    context.denied_fields = dict(error.log_fields)
+    if error.log_fields:
+        log.warn("refused a CI token ({status}): {oidc_refusal}", status=error.status,
+                 oidc_refusal="; ".join(f"{key.removeprefix('oidc_')}={value}"
+                                        for key, value in error.log_fields.items()),
+                 request_id=getattr(request, "request_id", None), **error.log_fields)

@@ -2,8 +2,13 @@
 the authentication portal, the reactor and the metrics; and the way a
 caller gets in (authentication, then the scope rule of L{kilolock.scope}).
 
-Both trees that address states use it: the Terraform HTTP backend
-(L{kilolock.web.states}) and the native API (L{kilolock.web.native}).
+Every tree that addresses states uses it: the Terraform HTTP backend
+(L{kilolock.web.states}), the native API (L{kilolock.web.native}) and any
+other lane.  So a CI job's OIDC token (L{kilolock.oidc_access}) is decided
+here for all of them: its tenant (from the workspace the state's path
+names, in hosted mode), its grants on the state (read, write, outputs-only),
+and the lock grace of an expired token finishing its own apply (a write
+fenced by the lock, or the unlock: L{Finishing}).
 """
 
 from __future__ import annotations
@@ -19,10 +24,21 @@ from kilolock.auth import authenticate
 from kilolock.interfaces import IStateStore
 from kilolock.metrics import Metrics
 from kilolock.model import Principal, StateKey, WriteOutcome
+from kilolock.oidc.policy import Access
 from kilolock.scope import check_caller, state_key
 from kilolock.tls import with_client_certificate
 from kilolock.web.context import context_of
 from kilolock.web.request import client_address
+
+
+@frozen
+class Finishing:
+    """A request that finishes locked work: a write fenced by lock
+    C{lock_id} (C{POST ...?ID=}) or the release of lock C{lock_id}.  An
+    expired CI token may still make it, within the lock grace, if the lock
+    it names is held, and was taken by that very token."""
+
+    lock_id: str | None
 
 
 @frozen
@@ -49,20 +65,35 @@ class StateLane:
         return self._as_seen(request, principal)
 
     async def authorize_state(self, request: Request, segments: Sequence[str],
-                              write: bool = False) -> tuple[Principal, StateKey]:
+                              write: bool = False, *, outputs: bool = False,
+                              finishing: Finishing | None = None,
+                              ) -> tuple[Principal, StateKey]:
         """The caller of a request on the state at C{segments}, and that state.
 
+        @param outputs: the request reads only the state's outputs (what an
+            C{outputs-only} grant of a CI token allows).
+        @param finishing: the request writes under a lock, or releases one
+            (see L{Finishing}).
         @return: (awaited) the principal (as L{authorize}) and the state's key.
-        @raise Unauthorized: (401) missing, unknown or revoked credentials.
+        @raise Unauthorized: (401) missing, unknown or revoked credentials;
+            a CI token that is not good (or has expired).
         @raise Forbidden: (403) see L{state_key}.
         """
-        principal = await self._login(request)
-        key = state_key(principal, segments, write)
+        principal = await self._login(request, segments)
+        access = Access.OUTPUTS_ONLY if outputs else None
+        key = state_key(principal, segments, write, access=access,
+                        finishing=finishing is not None)
         context_of(request).key = key
+        oidc = principal.oidc
+        if finishing is not None and oidc is not None and oidc.expired:
+            oidc.require_finishing(key.path, await self.store.get_lock(key), finishing.lock_id)
         return self._as_seen(request, principal), key
 
-    async def _login(self, request: Request) -> Principal:
-        principal = await authenticate(self.portal, request.getHeader(b"Authorization"))
+    async def _login(self, request: Request, segments: Sequence[str] = ()) -> Principal:
+        # In hosted mode a CI token's tenant owns the workspace the path names.
+        workspace = segments[0] if len(segments) == 3 else None
+        principal = await authenticate(self.portal, request.getHeader(b"Authorization"),
+                                       workspace=workspace)
         # Recorded before the scope rule decides: a refused request is logged
         # with its tenant too.
         context_of(request).principal = principal

@@ -39,7 +39,7 @@ from kilolock.errors import NotFound
 from kilolock.model import LockInfo
 from kilolock.web._base import JSON, AsyncResource, Branch, Response, named_child, render_async
 from kilolock.web.body import check_md5, parse_upload, read_body, unlock_lock_id
-from kilolock.web.lane import StateLane
+from kilolock.web.lane import Finishing, StateLane
 from kilolock.web.paths import LOCK_SUFFIX
 from kilolock.web.query import query_id
 
@@ -80,11 +80,15 @@ class _StateNode(AsyncResource):
                       child=lambda name: state(self.lane, (first, second, name)))
 
     async def release(self, request: Request, accepts_plain_lock_id: bool) -> Response:
-        """Release the lock an unlock request names (a force release without one)."""
-        principal, key = await self.lane.authorize_state(request, self.segments, write=True)
+        """Release the lock an unlock request names (a force release without one).
+
+        The body is read first: the lock it names decides whether an expired
+        CI token may still release it (L{Finishing})."""
         body = await read_body(request, self.lane.reactor)
         check_md5(request, body)
         lock_id = unlock_lock_id(body, query_id(request), accepts_plain_lock_id)
+        principal, key = await self.lane.authorize_state(request, self.segments, write=True,
+                                                         finishing=Finishing(lock_id))
         released = await self.lane.store.release_lock(key, lock_id, principal)
         if lock_id is None and released is not None and self.metrics is not None:
             self.metrics.lock_force_releases.inc()
@@ -111,11 +115,14 @@ class StateResource(_StateNode):
 
     @render_async
     async def render_POST(self, request: Request) -> Response:
-        principal, key = await self.lane.authorize_state(request, self.segments, write=True)
+        lock_id = query_id(request)
+        principal, key = await self.lane.authorize_state(
+            request, self.segments, write=True,
+            finishing=None if lock_id is None else Finishing(lock_id))
         body = await read_body(request, self.lane.reactor)
         upload = await parse_upload(request, body, self.lane.reactor)
         outcome = await self.lane.store.write_state(
-            key, upload, query_id(request), principal,
+            key, upload, lock_id, principal,
             event_detail=client_version_detail(upload.parsed.terraform_version))
         self.lane.count_write(outcome)
         return Response(200)

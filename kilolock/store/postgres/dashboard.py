@@ -119,7 +119,7 @@ def _listing(tenant: str, row: tuple[Any, ...]) -> StateListing:
         current=None if version_columns[0] is None else rows.version(version_columns),
         version_count=version_count,
         resource_count=resource_count or 0,
-        lock=None if info is None else rows.held_lock((info, acquired_at, lock_principal)),
+        lock=None if info is None else rows.held_lock((info, acquired_at, lock_principal, None)),
         updated_at=rows.utc(updated_at),
     )
     return StateListing(summary, None if events[0] is None else rows.event(events))

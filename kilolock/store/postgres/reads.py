@@ -105,14 +105,14 @@ class PostgresReads:
         summaries = []
         for row in cursor.fetchall():
             (state_path, updated_at, version_count, info, acquired_at,
-             lock_principal, resource_count, *version_columns) = row
+             lock_principal, token_digest, resource_count, *version_columns) = row
             summaries.append(StateSummary(
                 key=StateKey(tenant, state_path),
                 current=None if version_columns[0] is None else rows.version(version_columns),
                 version_count=version_count,
                 resource_count=resource_count or 0,
                 lock=None if info is None else rows.held_lock((info, acquired_at,
-                                                               lock_principal)),
+                                                               lock_principal, token_digest)),
                 updated_at=rows.utc(updated_at),
             ))
         return summaries

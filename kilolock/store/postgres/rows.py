@@ -91,11 +91,11 @@ def version(row: Any) -> StateVersion:
 
 
 def held_lock(row: Any) -> HeldLock:
-    """A (info, acquired_at, principal) row of C{locks}."""
-    info, acquired_at, principal = row
+    """An (info, acquired_at, principal, token_digest) row of C{locks}."""
+    info, acquired_at, principal, token_digest = row
     return HeldLock(info=LockInfo.stored(bytes_from_hex(info)),
                     acquired_at=utc(acquired_at),
-                    principal=principal)
+                    principal=principal, token_digest=token_digest)
 
 
 def holder(row: Any) -> Holder | None:

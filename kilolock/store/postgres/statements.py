@@ -61,8 +61,8 @@ CREATE_TENANT = "INSERT INTO tenants (id) VALUES (%s) ON CONFLICT (id) DO NOTHIN
 # One statement: ON CONFLICT DO NOTHING makes it atomic against concurrent
 # LOCKs in any process; no row comes back when the state is missing or locked.
 TAKE_LOCK = PreparedSQL("kl_take_lock", """
-INSERT INTO locks (state_id, lock_id, info, acquired_at, principal)
-SELECT id, %(lock_id)s, %(info)s, %(now)s, %(principal)s
+INSERT INTO locks (state_id, lock_id, info, acquired_at, principal, token_digest)
+SELECT id, %(lock_id)s, %(info)s, %(now)s, %(principal)s, %(token_digest)s::text
 FROM states WHERE tenant_id = %(tenant)s AND path = %(path)s
 ON CONFLICT (state_id) DO NOTHING
 RETURNING state_id
@@ -225,11 +225,11 @@ RELEASE_LOCK = PreparedSQL(
     "DELETE FROM locks l USING states s"
     " WHERE l.state_id = s.id AND s.tenant_id = %(tenant)s AND s.path = %(path)s"
     " AND (%(lock_id)s::text IS NULL OR l.lock_id = %(lock_id)s)"
-    " RETURNING l.info, l.acquired_at, l.principal")
+    " RETURNING l.info, l.acquired_at, l.principal, l.token_digest")
 
 # Who holds the lock (also what GET of a lock reads).
 LOCK_HOLDER = (
-    "SELECT l.info, l.acquired_at, l.principal FROM locks l"
+    "SELECT l.info, l.acquired_at, l.principal, l.token_digest FROM locks l"
     " JOIN states s ON s.id = l.state_id WHERE s.tenant_id = %s AND s.path = %s"
 )
 
@@ -268,7 +268,7 @@ RAW_STATE_BY_ID = "SELECT raw_state FROM state_versions WHERE id = %s"
 SUMMARIES = """
 SELECT s.path, s.updated_at,
        (SELECT count(*) FROM state_versions c WHERE c.state_id = s.id),
-       l.info, l.acquired_at, l.principal, v.resource_count,
+       l.info, l.acquired_at, l.principal, l.token_digest, v.resource_count,
        v.number, v.serial, v.lineage, v.sha256, v.size, v.created_at, v.principal, v.projected
 FROM states s
 LEFT JOIN LATERAL (

@@ -96,7 +96,8 @@ class PostgresStates:
         _, params = event_parameters(key.tenant, LOCK_ACQUIRE, principal.name, key.path, now,
                                      lock_id=info.id, detail=lock_detail(info, principal))
         await cursor.execute(statements.TAKE_LOCK_AND_RECORD,
-                             {**params, "info": info.raw, "now": now}, commit=True)
+                             {**params, "info": info.raw, "now": now,
+                              "token_digest": principal.oidc_token_digest}, commit=True)
         return cursor.fetchone() is not None
 
     async def _acquire_txn(self, cursor: Any, key: StateKey, info: LockInfo,
@@ -106,6 +107,7 @@ class PostgresStates:
             await cursor.execute(statements.TAKE_LOCK, {
                 "tenant": key.tenant, "path": key.path, "lock_id": info.id,
                 "info": info.raw, "now": now, "principal": principal.name,
+                "token_digest": principal.oidc_token_digest,
             })
             if cursor.fetchone() is not None:
                 await append_event_and_commit_txn(cursor, key.tenant, LOCK_ACQUIRE,

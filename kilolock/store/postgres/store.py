@@ -27,12 +27,20 @@ from twisted.python.components import proxyForInterface
 from zope.interface import implementer
 
 from kilolock.audit import ChainHead
-from kilolock.interfaces import IHealthCheck, ISessionStore, IStateStore, ITenantStore
+from kilolock.interfaces import (
+    IHealthCheck,
+    IOidcPolicyStore,
+    ISessionStore,
+    IStateStore,
+    ITenantStore,
+)
 from kilolock.model import (
     STATE_WRITE,
     AuditEvent,
     HeldLock,
     LockInfo,
+    OidcPolicyRecord,
+    OidcTenant,
     Principal,
     Projection,
     ResourceMatch,
@@ -52,6 +60,7 @@ from kilolock.store.embedded import EmbeddedPostgres
 from kilolock.store.postgres.dashboard import PostgresDashboard
 from kilolock.store.postgres.dsn import CONNECT_TIMEOUT, STATEMENT_TIMEOUT
 from kilolock.store.postgres.events import PostgresEvents
+from kilolock.store.postgres.oidc_policies import PostgresOidcPolicies
 from kilolock.store.postgres.reads import PostgresReads
 from kilolock.store.postgres.runner import (
     DEFAULT_POOL_SIZE,
@@ -66,7 +75,7 @@ from kilolock.store.postgres.tenants import PostgresTenants
 __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
 
 
-@implementer(IStateStore, ITenantStore, ISessionStore, IHealthCheck)
+@implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, IHealthCheck)
 class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ignore[misc]
     """States, versions, locks, projection rows, audit events and tenants in
     PostgreSQL.  L{ITenantStore} is forwarded whole to L{tenants} (Twisted's
@@ -81,6 +90,7 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
 
     @ivar runner: the L{TransactionRunner} every part runs its transactions on.
     @ivar tenants: the L{PostgresTenants}.
+    @ivar oidc_policies: the L{PostgresOidcPolicies} (L{IOidcPolicyStore}).
     """
 
     def __init__(self, database_url: str | None, reactor: Any, *,
@@ -101,6 +111,7 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
         self._events = PostgresEvents(self.runner, clock)
         self._dashboard = PostgresDashboard(self.runner)
         self.tenants = PostgresTenants(self.runner, clock)
+        self.oidc_policies = PostgresOidcPolicies(self.runner, clock)
 
     @classmethod
     def embedded(cls, server: EmbeddedPostgres, reactor: Any,
@@ -212,6 +223,22 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
 
     def chain_head(self, tenant: str) -> Deferred[ChainHead]:
         return self._events.chain_head(tenant)
+
+    # -- OIDC policies: PostgresOidcPolicies ------------------------------
+
+    def get_oidc_policy(self, tenant: str) -> Deferred[OidcPolicyRecord | None]:
+        return self.oidc_policies.get_oidc_policy(tenant)
+
+    def put_oidc_policy(self, tenant: str, document: str,
+                        actor: Principal) -> Deferred[OidcPolicyRecord]:
+        return self.oidc_policies.put_oidc_policy(tenant, document, actor)
+
+    def delete_oidc_policy(self, tenant: str,
+                           actor: Principal) -> Deferred[OidcPolicyRecord | None]:
+        return self.oidc_policies.delete_oidc_policy(tenant, actor)
+
+    def oidc_tenant_of_workspace(self, workspace_id: str) -> Deferred[OidcTenant | None]:
+        return self.oidc_policies.oidc_tenant_of_workspace(workspace_id)
 
 
 def postgres_store_from_settings(settings: Any, reactor: Any) -> PostgresStateStore:

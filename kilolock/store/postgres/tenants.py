@@ -377,6 +377,21 @@ FROM api_tokens t WHERE t.id = (SELECT id FROM found)
 
         return self._runner.run_interaction(authenticate)
 
+    def refused_token_reason(self, token_hash: str) -> Deferred[str]:
+        async def reason(cursor: Any) -> str:
+            await cursor.execute(
+                "SELECT t.revoked_at IS NOT NULL, n.deleted_at IS NOT NULL FROM api_tokens t"
+                " JOIN tenants n ON n.id = t.tenant_id WHERE t.token_hash = %s", (token_hash,))
+            row = cursor.fetchone()
+            if row is None:
+                return "unknown_token"
+            revoked, tenant_deleted = row
+            if tenant_deleted:
+                return "tenant_deleted"
+            return "revoked_token" if revoked else "unknown_token"
+
+        return self._runner.run_interaction(reason)
+
     # -- transaction steps ----------------------------------------------
 
     def _of_known_tenant(self, tenant: str, query: str,

@@ -24,6 +24,9 @@ field of a body or query names it (C{"field"}).  HEAD is not answered.
           {"name", "environment", "workspace"?, "scope"?, "state"?}
   GET     /v1/api/tenants/{tenant}/tokens/{token_id}
   DELETE  /v1/api/tenants/{tenant}/tokens/{token_id}   (revoke)
+  GET     /v1/api/tenants/{tenant}/oidc-policy
+  PUT     /v1/api/tenants/{tenant}/oidc-policy         the policy document (JSON)
+  DELETE  /v1/api/tenants/{tenant}/oidc-policy
   GET     /v1/api/tenants/{tenant}/events[?state=&kind=&since=&until=]
   GET     /v1/api/tenants/{tenant}/events/verify[?head=SEQ:HASH]
 
@@ -34,7 +37,8 @@ L{kilolock.web.paths} (a bad one is a 400 wherever it stands).
 
 The modules: L{tree} (the listener's tree and its token gate), L{api} (what
 every resource works with), L{tenants}, L{workspaces} and L{tokens} (the
-resources), L{documents} (the JSON they answer).
+resources), L{oidc} (the tenant's CI-token policy), L{documents} (the JSON
+they answer).
 """
 
 #: The route template every control request no resource answered is counted as.

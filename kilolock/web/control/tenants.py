@@ -6,6 +6,7 @@ audit trail.
       states                           L{TenantStatesResource}
       workspaces                       L{kilolock.web.control.workspaces}
       tokens                           L{kilolock.web.control.tokens}
+      oidc-policy                      L{kilolock.web.control.oidc}
       events                           L{TenantEventsResource}
         verify                         L{TenantChainResource} (?head=SEQ:HASH)
 """
@@ -29,6 +30,7 @@ from kilolock.web.control.api import (
     query_text,
 )
 from kilolock.web.control.documents import tenant_document, workspace_document
+from kilolock.web.control.oidc import OidcPolicyResource
 from kilolock.web.control.tokens import TokensResource
 from kilolock.web.control.workspaces import WorkspacesResource
 from kilolock.web.documents import event_document, json_response, lock_document
@@ -76,6 +78,7 @@ class TenantResource(ControlResource):
         self.putChild(b"states", TenantStatesResource(api, tenant))
         self.putChild(b"workspaces", WorkspacesResource(api, tenant))
         self.putChild(b"tokens", TokensResource(api, tenant))
+        self.putChild(b"oidc-policy", OidcPolicyResource(api, tenant))
         self.putChild(b"events", TenantEventsResource(api, tenant))
 
     @render_async

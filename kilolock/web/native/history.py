@@ -113,7 +113,8 @@ class OutputsResource(StateSubresource):
 
     @render_async
     async def render_GET(self, request: Request) -> Response:
-        _, key = await self.key(request)
+        # What a CI token's outputs-only grant allows.
+        _, key = await self.lane.authorize_state(request, self.segments, outputs=True)
         number = number_arg(request, "version")
         if number is None:
             summary = await self.summary(key)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from twisted.web.server import Request
 
 from kilolock.model import ResourceMatch, ResourceQuery
-from kilolock.scope import scope_prefix
+from kilolock.scope import in_scope, scope_prefix
 from kilolock.web._base import Response, render_async
 from kilolock.web.documents import json_response
 from kilolock.web.native import BASE_PATH
@@ -36,6 +36,8 @@ class ResourceSearchResource(Collection):
         query = resource_query(request, state_path=None if key is None else key.path,
                                path_prefix=scope_prefix(principal))
         matches = await self.lane.store.query_resources(principal.tenant, query)
+        if principal.oidc is not None:  # a CI token sees the states its grants let it read
+            matches = [match for match in matches if in_scope(principal, match.state_path)]
         return json_response(found(matches, query))
 
 
