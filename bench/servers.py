@@ -13,6 +13,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from kilolock.store.embedded import EmbeddedPostgres
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -34,6 +36,100 @@ def wait_ready(port: int, path: str, timeout: float = 60.0) -> None:
                 return
             time.sleep(0.1)
     raise RuntimeError(f"server on port {port} did not come up")
+
+
+@contextlib.contextmanager
+def postgres_cluster() -> Iterator[EmbeddedPostgres]:
+    """An embedded PostgreSQL of its own (default configuration: fsync and
+    synchronous_commit on), in a temporary directory; stopped afterwards."""
+    with tempfile.TemporaryDirectory(prefix="kilolock-bench-pg-") as scratch:
+        cluster = EmbeddedPostgres(os.path.join(scratch, "data"))
+        cluster.start_blocking()
+        try:
+            yield cluster
+        finally:
+            cluster.stop_blocking()
+
+
+def new_database(cluster: EmbeddedPostgres, name: str) -> str:
+    """A new empty database C{name} in C{cluster}; its DSN."""
+    import psycopg
+
+    with psycopg.connect(cluster.dsn("postgres"), autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        connection.execute(f'CREATE DATABASE "{name}"')
+    return cluster.dsn(name)
+
+
+def cluster_pids(cluster: EmbeddedPostgres) -> list[int]:
+    """The postmaster of C{cluster} and its children (backends included)."""
+    postmaster = int((cluster.pgdata / "postmaster.pid").read_text().split()[0])
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == postmaster:
+            children.append(int(entry.name))
+    return [postmaster, *children]
+
+
+def cluster_cpu(cluster: EmbeddedPostgres) -> float:
+    """CPU seconds (user + system) that C{cluster} has spent so far: its
+    postmaster's own and its waited-for children's, and its live children's
+    (so backends that ended in between are counted too)."""
+    pids = cluster_pids(cluster)
+    total = 0
+    for index, pid in enumerate(pids):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+        if index == 0:
+            total += int(fields[13]) + int(fields[14])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def running_many(kind: str, count: int, extra: list[str]) -> Iterator[list[tuple[int, int]]]:
+    """C{count} servers of C{kind} at once (e.g. Kilolock processes on one
+    PostgreSQL: C{extra} names the C{--database}); their (port, pid) pairs."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(running(kind, extra)) for _ in range(count)]
+
+
+#: Where terraform-state-server (a Node peer: one JSONB row, one state) is
+#: checked out with its node_modules, for the write-cycle benchmark.
+TSS_DIRECTORY = os.environ.get("KL_BENCH_TSS_DIR", "")
+
+
+@contextlib.contextmanager
+def running_tss(dsn: str) -> Iterator[tuple[int, int]]:
+    """terraform-state-server on C{dsn} (a libpq keyword DSN of a unix
+    socket), logging to a file like Kilolock; (port, pid)."""
+    from psycopg2.extensions import parse_dsn
+
+    if not TSS_DIRECTORY:
+        raise RuntimeError("set KL_BENCH_TSS_DIR to a terraform-state-server checkout")
+    params = parse_dsn(dsn)
+    url = (f"postgresql://{params['user']}@/{params['dbname']}?host={params['host']}"
+           f"&port={params.get('port', 5432)}")
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="kilolock-bench-tss-") as scratch, \
+            open(os.path.join(scratch, "tss.log"), "wb") as log:
+        process = subprocess.Popen(["node", "-r", "babel-register", "."], cwd=TSS_DIRECTORY,
+                                   env={**os.environ, "DATABASE_URL": url, "PORT": str(port)},
+                                   stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_ready(port, "/ping")
+            yield port, process.pid
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
 
 
 @contextlib.contextmanager

@@ -1,31 +1,59 @@
 """Benchmark (a): Terraform's write cycle LOCK -> POST ?ID= -> UNLOCK.
 
 Each client owns one state and repeats the cycle with an increasing serial
-and a 50-resource (~15 KB) state.  Cycles per second at 1, 8 and 32
-concurrent clients, for the memory and PostgreSQL stores, next to the
-framework floor (a twisted.web server that reads the body and answers 200)
-measured in the same run.  Medians of several rounds; ratios against the floor.
+and a 50-resource (~18 KB) state.  Cycles per second at 1, 8 and 32
+concurrent clients, next to what is measured in the same run:
+
+  - floor: a twisted.web server that reads the body and answers 200;
+  - memory, postgres: Kilolock on its memory store, and on PostgreSQL (an
+    embedded cluster of the benchmark's own, default configuration; with
+    --processes N, N Kilolock processes on that one database, the clients
+    spread over them);
+  - durable: the durable floor (bench/durable_floor.py), the database's own
+    cost of the cycle's three transactions, from a minimal psycopg 3 client;
+  - tss: terraform-state-server (Node + PostgreSQL, one JSONB row, one state:
+    one client only), when KL_BENCH_TSS_DIR names a checkout of it with its
+    node_modules.
+
+Medians of several rounds; ratios against the floor, the durable floor and
+tss; server CPU per cycle (the server processes, and PostgreSQL's) from
+/proc; the 99th percentile of a cycle's latency, the worst round's.
 
     python bench/write_cycle.py [--seconds 5] [--rounds 3] [--clients 1,8,32]
-                                [--servers floor,memory,postgres]
+        [--servers floor,memory,postgres,durable,tss] [--processes 1,2]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import durable_floor
+from durable_floor import prepare_database
 from http_client import Connection
-from servers import running
+from servers import (
+    TSS_DIRECTORY,
+    cluster_cpu,
+    cluster_pids,
+    new_database,
+    postgres_cluster,
+    running,
+    running_many,
+    running_tss,
+)
+
+from kilolock.store.embedded import EmbeddedPostgres
 
 PROVIDER = 'provider["terraform.io/builtin/terraform"]'
 
@@ -60,9 +88,9 @@ def lock_info(lock_id: str) -> bytes:
 
 
 async def client_loop(port: int, name: str, template: str, deadline: float,
-                      floor: bool) -> int:
+                      latencies: list[float], single_state: bool = False) -> int:
     connection = await Connection.open(port)
-    path = f"/v1/states/{name}"
+    path = "/state" if single_state else f"/v1/states/{name}"
     serial = 1
     cycles = 0
     try:
@@ -70,12 +98,19 @@ async def client_loop(port: int, name: str, template: str, deadline: float,
             lock_id = str(uuid.uuid4())
             info = lock_info(lock_id)
             body = template.replace("{serial}", str(serial)).encode()
+            started = time.monotonic()
             for method, target, payload in (("LOCK", path, info),
                                             ("POST", f"{path}?ID={lock_id}", body),
                                             ("UNLOCK", path, info)):
+                if single_state:
+                    # terraform-state-server closes the connection after each
+                    # answer (express's final handler runs after the route).
+                    await connection.close()
+                    connection = await Connection.open(port)
                 status, _ = await connection.request(method, target, payload)
                 if status != 200:
                     raise RuntimeError(f"{method} answered {status}")
+            latencies.append(time.monotonic() - started)
             serial += 1
             cycles += 1
     finally:
@@ -95,46 +130,91 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def server_processes(pid: int) -> list[int]:
-    """The server and, for the PostgreSQL store, the processes of its
-    embedded cluster (which lives in the server's working directory)."""
-    scratch = os.readlink(f"/proc/{pid}/cwd")
-    found = [pid]
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == pid:
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "postgres" in command and scratch in command:
-            found.append(int(entry.name))
-    return found
-
-
-def postgres_children(pids: list[int]) -> list[int]:
-    """The postmasters' children (backends come and go)."""
-    children = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if parent in pids[1:]:
-            children.append(int(entry.name))
-    return children
-
-
-async def measure(port: int, clients: int, seconds: float, template: str, tag: str,
-                  floor: bool) -> float:
+async def measure(ports: list[int], clients: int, seconds: float, template: str, tag: str,
+                  latencies: list[float], single_state: bool = False) -> float:
+    """Cycles per second of C{clients} clients spread over C{ports}."""
     deadline = time.monotonic() + seconds
     started = time.monotonic()
     counts = await asyncio.gather(*(
-        client_loop(port, f"bench-{tag}-{index}", template, deadline, floor)
+        client_loop(ports[index % len(ports)], f"bench-{tag}-{index}", template, deadline,
+                    latencies, single_state)
         for index in range(clients)))
     return sum(counts) / (time.monotonic() - started)
+
+
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
+
+
+@contextlib.contextmanager
+def started(server: str, processes: int, cluster: EmbeddedPostgres | None,
+            ) -> Iterator[tuple[list[int], list[int], list[int], str | None]]:
+    """Start C{server}: (its ports, its own pids, its database's pids, the
+    durable floor's DSN)."""
+    if server in ("floor", "memory"):
+        with running(server) as (port, pid):
+            yield [port], [pid], [], None
+        return
+    assert cluster is not None
+    dsn = new_database(cluster, f"bench_{server}_{processes}_{uuid.uuid4().hex[:6]}")
+    if server == "durable":
+        prepare_database(dsn)
+        yield [], [], cluster_pids(cluster), dsn
+    elif server == "tss":
+        with running_tss(dsn) as (port, pid):
+            yield [port], [pid], cluster_pids(cluster), None
+    else:
+        with running_many("postgres", processes, ["--database", dsn]) as servers:
+            yield ([port for port, _ in servers], [pid for _, pid in servers],
+                   cluster_pids(cluster), None)
+
+
+def run_server(server: str, processes: int, clients: int, args: argparse.Namespace,
+               template: str, cluster: EmbeddedPostgres | None) -> dict[str, float] | None:
+    """Rounds of one server at one client count: the medians (rate, CPU ms
+    per cycle of the server and of PostgreSQL) and the worst round's p99."""
+    if server == "tss" and clients != 1:
+        return None  # one state only
+    with started(server, processes, cluster) as (ports, own, database, dsn):
+        rates, own_ms, database_ms, p99s = [], [], [], []
+        for round_index in range(args.rounds):
+            tag = f"{clients}-{round_index}-{uuid.uuid4().hex[:6]}"
+            run(server, ports, dsn, clients, 1.0, template, "warm" + tag, [])
+            latencies: list[float] = []
+            before = (cpu_seconds(own), cluster_cpu(cluster) if database and cluster else 0.0)
+            began = time.monotonic()
+            rate = run(server, ports, dsn, clients, args.seconds, template, tag, latencies)
+            cycles = max(rate * (time.monotonic() - began), 1)
+            if dsn is not None:
+                latencies = [sum(latencies[i:i + 3]) for i in range(0, len(latencies), 3)]
+            own_ms.append(1000 * (cpu_seconds(own) - before[0]) / cycles)
+            database_ms.append(1000 * ((cluster_cpu(cluster) if database and cluster else 0.0)
+                                       - before[1]) / cycles)
+            rates.append(rate)
+            p99s.append(1000 * p99(latencies))
+    result = {"rate": statistics.median(rates), "own": statistics.median(own_ms),
+              "database": statistics.median(database_ms), "p99": max(p99s)}
+    print(f"{label(server, processes):12s} clients={clients:3d} cycles/s"
+          f" median={result['rate']:8.1f}  rounds={', '.join(f'{r:.1f}' for r in rates)}"
+          f"  CPU ms/cycle server={result['own']:.3f} database={result['database']:.3f}"
+          f"  p99 ms/cycle={', '.join(f'{v:.1f}' for v in p99s)}", flush=True)
+    return result
+
+
+def run(server: str, ports: list[int], dsn: str | None, clients: int, seconds: float,
+        template: str, tag: str, latencies: list[float]) -> float:
+    """One measurement: the durable floor's clients when C{dsn} is set, else
+    HTTP clients on C{ports}."""
+    if dsn is not None:
+        return asyncio.run(durable_floor.measure(dsn, clients, seconds, template, tag,
+                                                 latencies))
+    return asyncio.run(measure(ports, clients, seconds, template, tag, latencies,
+                               single_state=server == "tss"))
+
+
+def label(server: str, processes: int) -> str:
+    return f"postgres-x{processes}" if server == "postgres" and processes > 1 else server
 
 
 def main() -> None:
@@ -143,66 +223,72 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", default="1,8,32")
-    parser.add_argument("--servers", default="floor,memory,postgres")
+    parser.add_argument("--servers", default="floor,memory,postgres,durable,tss")
+    parser.add_argument("--processes", default="1",
+                        help="Kilolock processes on the one PostgreSQL (e.g. 1,2)")
     args = parser.parse_args()
     client_counts = [int(n) for n in args.clients.split(",")]
     servers = args.servers.split(",")
+    process_counts = [int(n) for n in args.processes.split(",")]
+    if "tss" in servers and not TSS_DIRECTORY:
+        print("tss skipped: KL_BENCH_TSS_DIR is not set")
+        servers.remove("tss")
     template = state_template()
     print(f"state size: {len(template.replace('{serial}', '1').encode())} bytes, 50 resources")
-    results: dict[tuple[str, int], float] = {}
-    #: Server CPU (the server process, plus its PostgreSQL's) per cycle.
-    cpu_ms: dict[tuple[str, int], float] = {}
-    for server in servers:
-        with running(server) as (port, pid):
+    columns = [(server, count) for server in servers
+               for count in (process_counts if server == "postgres" else [1])]
+    results: dict[tuple[str, int, int], dict[str, float]] = {}
+    with postgres_cluster() as cluster:
+        for server, processes in columns:
             for clients in client_counts:
-                rounds = []
-                costs = []
-                for round_index in range(args.rounds):
-                    tag = f"{clients}-{round_index}-{uuid.uuid4().hex[:6]}"
-                    asyncio.run(measure(port, clients, 1.0, template, "warm" + tag,
-                                        server == "floor"))
-                    processes = server_processes(pid)
-                    processes += postgres_children(processes)
-                    before = cpu_seconds(processes)
-                    started = time.monotonic()
-                    rate = asyncio.run(measure(port, clients, args.seconds, template, tag,
-                                               server == "floor"))
-                    cycles = rate * (time.monotonic() - started)
-                    rounds.append(rate)
-                    costs.append(1000 * (cpu_seconds(processes) - before) / max(cycles, 1))
-                results[(server, clients)] = statistics.median(rounds)
-                cpu_ms[(server, clients)] = statistics.median(costs)
-                median = results[(server, clients)]
-                print(f"{server:9s} clients={clients:3d} cycles/s median={median:8.1f}"
-                      f"  rounds={', '.join(f'{r:.1f}' for r in rounds)}"
-                      f"  server CPU ms/cycle median={cpu_ms[(server, clients)]:.3f}",
-                      flush=True)
+                found = run_server(server, processes, clients, args, template, cluster)
+                if found is not None:
+                    results[(server, processes, clients)] = found
     print()
-    print_table(servers, client_counts, results, "{:.1f}", floor_first=False)
-    print()
-    print("Server CPU per cycle (ms; PostgreSQL's backends included), and the floor's")
-    print("CPU per cycle divided by it (a ratio that a busy machine disturbs less):")
-    print()
-    print_table(servers, client_counts, cpu_ms, "{:.3f}", floor_first=True)
+    print_tables(columns, client_counts, results)
 
 
-def print_table(servers: list[str], client_counts: list[int],
-                values: dict[tuple[str, int], float], number: str, floor_first: bool) -> None:
-    """A Markdown table: one row per client count, a column per server, then
-    each server against the floor (server/floor, or floor/server when
-    C{floor_first}: for costs, where less is better)."""
-    others = [s for s in servers if s != "floor"]
-    ratio_names = [f"floor/{s}" if floor_first else f"{s}/floor" for s in others]
-    print("| clients | " + " | ".join(servers) + " | " + " | ".join(ratio_names) + " |")
-    print("|---" * (1 + len(servers) + len(others)) + "|")
+def print_tables(columns: list[tuple[str, int]], client_counts: list[int],
+                 results: dict[tuple[str, int, int], dict[str, float]]) -> None:
+    """Markdown tables: cycles per second and the ratios, then CPU and p99."""
+    names = [label(server, processes) for server, processes in columns]
+    references = [name for name in ("floor", "durable", "tss") if name in names]
+    kilolocks = [column for column in columns if column[0] in ("memory", "postgres")]
+    ratio_names = [f"{label(*k)}/{r}" for k in kilolocks for r in references]
+    print("| clients | " + " | ".join(names) + " | " + " | ".join(ratio_names) + " |")
+    print("|---" * (1 + len(names) + len(ratio_names)) + "|")
     for clients in client_counts:
-        row = [number.format(values[(s, clients)]) for s in servers]
-        floor = values.get(("floor", clients))
-        ratios = [("-" if not floor else
-                   f"{floor / values[(s, clients)]:.2f}" if floor_first else
-                   f"{values[(s, clients)] / floor:.2f}")
-                  for s in others]
-        print(f"| {clients} | " + " | ".join(row) + " | " + " | ".join(ratios) + " |")
+        cells = [f"{results[(s, p, clients)]['rate']:.1f}" if (s, p, clients) in results
+                 else "-" for s, p in columns]
+        ratios = []
+        for server, processes in kilolocks:
+            for reference in references:
+                mine = results.get((server, processes, clients))
+                theirs = results.get((reference, 1, clients))
+                ratios.append(f"{mine['rate'] / theirs['rate']:.2f}" if mine and theirs else "-")
+        print(f"| {clients} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    print()
+    print("CPU ms per cycle (server + database) and the worst round's p99 of a cycle (ms):")
+    print()
+    print("| clients | " + " | ".join(names) + " |")
+    print("|---" * (1 + len(names)) + "|")
+    for clients in client_counts:
+        cells = []
+        for server, processes in columns:
+            found = results.get((server, processes, clients))
+            cells.append("-" if found is None else
+                         f"{found['own']:.3f} + {found['database']:.3f}; p99 {found['p99']:.1f}")
+        print(f"| {clients} | " + " | ".join(cells) + " |")
+    scaled = sorted(p for s, p in columns if s == "postgres")
+    if len(scaled) > 1:
+        print()
+        for clients in client_counts:
+            one = results.get(("postgres", scaled[0], clients))
+            for processes in scaled[1:]:
+                many = results.get(("postgres", processes, clients))
+                if one and many:
+                    print(f"scaling, {clients} clients: {processes} processes /"
+                          f" {scaled[0]} = {many['rate'] / one['rate']:.2f}")
 
 
 if __name__ == "__main__":

@@ -113,10 +113,12 @@ class MethodNotAllowed(KilolockError):
     status = 405
     code = "method_not_allowed"
 
-    def __init__(self, allowed: list[bytes]) -> None:
+    def __init__(self, allowed: list[bytes], method: bytes | None = None) -> None:
         super().__init__(
             "method not allowed here; allowed: " + ", ".join(m.decode() for m in allowed))
         self.allowed = allowed
+        #: The method that was refused (when known).
+        self.method = method
 
     def headers(self) -> dict[bytes, bytes]:
         return {b"Allow": b", ".join(self.allowed)}

@@ -27,10 +27,12 @@ ENVIRONMENT_PREFIX = "env_"
 TOKEN_ID_PREFIX = "tok_"  # noqa: S105 - a prefix, not a secret
 SECRET_PREFIX = "kl_"  # noqa: S105 - a prefix, not a secret
 
-#: Token scopes: C{write} may do everything on the state lane, C{read} only GET.
+#: Token scopes: C{write} may do everything on the state lane, C{read} only
+#: GET, C{outputs} only read TFE workspaces and their non-sensitive outputs.
 WRITE_SCOPE = "write"
 READ_SCOPE = "read"
-SCOPES = (WRITE_SCOPE, READ_SCOPE)
+OUTPUTS_SCOPE = "outputs"
+SCOPES = (WRITE_SCOPE, READ_SCOPE, OUTPUTS_SCOPE)
 
 #: The name of the workspace and the environment every tenant starts with
 #: (and of the environment every new workspace starts with).

@@ -12,8 +12,11 @@ of hosted mode is scoped to one workspace/environment:
   - a one-segment name is a state of the token's workspace/environment:
     C{prod} is C{{workspace_id}/{env_public_id}/prod}.
 
-A read-only token may only read (403 on anything that writes).  The checks
-run in that order: the username, the address, then the write.
+A read-only token may only read (403 on anything that writes).  An
+outputs-only token may only read TFE workspaces and their non-sensitive
+outputs: every other request is 403 (a request names what it needs with
+C{outputs=True}).  The checks run in that order: the username, the
+address, then the scope.
 
 A CI job's OIDC token (L{kilolock.oidc_access}) addresses its tenant's
 states as given, and its rules' grants decide, state by state, whether it
@@ -33,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kilolock.errors import Forbidden
+from kilolock.hosted import OUTPUTS_SCOPE
 from kilolock.model import Principal, StateKey
 from kilolock.oidc.policy import Access
 
@@ -46,24 +50,31 @@ def _check_username(principal: Principal) -> None:
                         reason="wrong_basic_username")
 
 
-def _check_write(principal: Principal, write: bool) -> None:
+def _check_scope(principal: Principal, write: bool, outputs: bool) -> None:
+    if principal.scope == OUTPUTS_SCOPE and not outputs:
+        raise Forbidden("this token may only read TFE workspaces and non-sensitive outputs",
+                        reason="outputs_only")
     if write and not principal.can_write:
         raise Forbidden("this token is read-only", reason="read_only")
 
 
 def state_key(principal: Principal, segments: Sequence[str], write: bool, *,
-              access: Access | None = None, finishing: bool = False) -> StateKey:
+              outputs: bool = False, access: Access | None = None,
+              finishing: bool = False) -> StateKey:
     """The caller's state at the validated path C{segments} (one or three).
 
+    @param outputs: the request reads nothing but the workspace and its
+        non-sensitive outputs (an outputs-only token may make it).
     @param access: what an OIDC token's grants must allow (default: write
         for C{write}, else read; C{outputs-only} for a read of outputs).
     @param finishing: the request writes under a lock or releases one: an
         expired OIDC token passes here, and the caller checks that it holds
         the lock (L{kilolock.oidc_access.OidcAccess.require_finishing}).
     @raise Forbidden: a Basic username that is not the token's workspace, an
-        address outside the token's workspace/environment, or a write with a
-        read-only token; an OIDC token whose grants do not allow C{access}
-        (L{kilolock.errors.Denied}, 401 for an expired one).
+        address outside the token's workspace/environment, a write with a
+        read-only token, or anything but C{outputs} with an outputs-only one;
+        an OIDC token whose grants do not allow C{access} (L{kilolock.errors.Denied},
+        401 for an expired one).
     """
     _check_username(principal)
     path = "/".join(segments)
@@ -74,22 +85,23 @@ def state_key(principal: Principal, segments: Sequence[str], write: bool, *,
         elif tuple(segments[:2]) != scope:
             raise Forbidden("this token does not grant access to that workspace/environment",
                             reason="wrong_environment")
-    _check_write(principal, write)
+    _check_scope(principal, write, outputs)
     oidc = principal.oidc
     if oidc is not None and not (finishing and oidc.expired):
-        oidc.require(path, access or (Access.WRITE if write else Access.READ))
+        oidc.require(path, access or (Access.WRITE if write else
+                                      Access.OUTPUTS_ONLY if outputs else Access.READ))
     return StateKey(principal.tenant, path)
 
 
-def check_caller(principal: Principal, write: bool) -> None:
+def check_caller(principal: Principal, write: bool, outputs: bool = False) -> None:
     """The rules of L{state_key} for a request that names no state (a
-    listing, a search): the Basic username, then the write.
+    listing, a search): the Basic username, then the scope.
 
     @raise Forbidden: when either rule refuses; an expired OIDC token is
         refused too (it may only finish locked work).
     """
     _check_username(principal)
-    _check_write(principal, write)
+    _check_scope(principal, write, outputs)
     if principal.oidc is not None:
         principal.oidc.require_fresh()
 

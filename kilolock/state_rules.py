@@ -46,6 +46,7 @@ __all__ = [
     "decide_unlock",
     "decide_upload",
     "holder_of",
+    "is_plain_write",
 ]
 
 
@@ -161,3 +162,13 @@ def decide_upload(serial: int, sha256: str, candidates: Iterable[StateVersion],
     if current.serial == serial:
         raise SerialConflict(serial)
     return NextVersion(current.number + 1)
+
+
+def is_plain_write(lock_id: str | None, holder_id: str | None, serial_stored: bool) -> bool:
+    """Whether a write may be stored without asking L{check_write} and
+    L{decide_upload}: the lock it names is the one held (no lock named and
+    none held included) and no stored version has its serial.  The rules
+    then always answer "the next version" (a store that checks only this,
+    e.g. in one database statement, numbers it the current one's plus one)
+    and otherwise must be asked with the facts."""
+    return lock_id == holder_id and not serial_stored

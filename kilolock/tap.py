@@ -246,8 +246,10 @@ class Options(usage.Options):
          "Twisted endpoint of the control API (database auth mode only)"
          " [KL_CONTROL_LISTEN, default tcp:8090]"],
         ["public-url", None, None,
-         "the state lane's URL as tenants reach it, for the backend blocks the control API"
-         " hands out [KL_PUBLIC_URL, default http://<control API host>:<listen port>]"],
+         "the state lane's URL as clients reach it, for the backend blocks the control API"
+         " hands out and the TFE lane's download and upload URLs [KL_PUBLIC_URL, default"
+         " the control API's host with the listen port; on the TFE lane the request's"
+         " own scheme and Host]"],
         ["tls-client-ca", None, None,
          "PEM file of CAs: the ssl: --listen endpoint then requires a client certificate"
          " signed by one of them [KL_TLS_CLIENT_CA]"],
@@ -505,7 +507,8 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
         build_root(store, portal, reactor, metrics=metrics, auth_mode=settings.auth_mode,
                    ui=None if settings.ui == "off" else UiOptions(
                        static_token=settings.auth_token,
-                       session_seconds=settings.ui_session_seconds)),
+                       session_seconds=settings.ui_session_seconds),
+                   public_url=settings.public_url),
         max_body_bytes=settings.max_body_bytes,
         request_timeout=settings.request_timeout,
         trusted_proxies=parse_networks(settings.trusted_proxies),

@@ -63,6 +63,7 @@ class Harness:
         self.kind = "memory" if reactor is None else "postgres"
         #: The PostgreSQL store's database (None for memory).
         self.dsn: str | None = None
+        self.placeholders: dict[str, str] = {}
         metrics = Metrics.create()
         root = build_root(store, build_portal(OpenChecker()), reactor=reactor, metrics=metrics,
                           ui=UiOptions())
@@ -135,6 +136,10 @@ class Harness:
         created = self.control_request("POST", "/v1/api/tenants", json.dumps(
             {"slug": TENANT_SLUG, "name": "Acme"}).encode())
         assert created.status == 201, created.body
+        workspace = self.state_request("GET", "/api/v2/organizations/default/workspaces/app")
+        #: What a path template's placeholders stand for: C{{app-ws}}, the
+        #: TFE lane's workspace id of "app".
+        self.placeholders = {"{app-ws}": workspace.json()["data"]["id"]}
 
     def release(self, *names: str) -> None:
         """Force-release the locks of the default tenant's states C{names}
@@ -356,6 +361,27 @@ def requests(draw: st.DrawFn, templates: list[str], names: list[str],
     return method, path + draw(query(names)), body
 
 
+@st.composite
+def tfe_bodies(draw: st.DrawFn) -> bytes:
+    """JSON:API documents of the TFE lane (a workspace, a state version, a
+    lock reason, tags) with hostile values where a client puts text."""
+    value = draw(st.one_of(st.sampled_from(['"fuzz"', '"ws-1"', '"app"', "3", '"abc"']),
+                           _value))
+    kind = draw(st.sampled_from(["workspaces", "state-versions", "tags", "tag-bindings",
+                                 "vars"]))
+    templates = [
+        '{"data":{"type":"KIND","attributes":{"name":VALUE}}}',
+        '{"data":{"type":"state-versions","attributes":{"serial":VALUE,"md5":VALUE,'
+        '"lineage":VALUE}}}',
+        '{"reason":VALUE}',
+        '{"data":[{"type":"KIND","attributes":{"key":VALUE,"value":VALUE}}]}',
+        '{"data":{"type":"workspaces","attributes":{"name":"fuzz"},"relationships":'
+        '{"tags":{"data":[{"type":"tags","attributes":{"name":VALUE}}]}}}}',
+    ]
+    template = draw(st.sampled_from(templates))
+    return template.replace("KIND", kind).replace("VALUE", value).encode()
+
+
 #: Control-API bodies: objects of its members with hostile values.
 control_bodies = st.dictionaries(
     st.sampled_from(["slug", "name", "environment", "workspace", "scope", "state", "x"]),
@@ -376,7 +402,9 @@ READ_VIEWS = [
     "/v1/native/events/verify", "/v1/native/events/head", "/v1/states/app",
     "/ui/", "/ui/states/app", "/ui/states/held", "/ui/states/fuzzed", "/ui/audit",
     "/ui/states/app/-/history", "/ui/states/fuzzed/-/history", "/ui/states/fuzzed/-/diff",
-    "/ui/search?type=t",
+    "/ui/search?type=t", "/api/v2/organizations/default/workspaces",
+    "/api/v2/organizations/default/workspaces/app",
+    "/api/v2/organizations/default/workspaces/app?include=outputs",
 ]
 
 
@@ -397,6 +425,8 @@ def fuzz(harness: Harness, lane: Callable[..., Reply],
     """Send one request through C{lane} and check what every answer promises;
     when it stored something, every read view must still answer."""
     method, path, body = request
+    for placeholder, value in harness.placeholders.items():
+        path = path.replace(placeholder, value)
     before = harness.snapshot()
     reply = lane(method, path, body)
     after = harness.snapshot()

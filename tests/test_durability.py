@@ -38,6 +38,8 @@ from fixtures_server import (
 from stub_client import Reply, content_md5, lock_body, terraform_headers
 from tcp_table import unread_bytes
 
+from kilolock.atrest.compression import Base, Codec, decompress_version, zstd
+
 pytestmark = pytest.mark.postgres
 
 PROVIDER = 'provider["registry.terraform.io/hashicorp/aws"]'
@@ -177,11 +179,13 @@ def stored_versions(dsn: str, path: str) -> list[dict[str, Any]]:
     try:
         with connection, connection.cursor() as cursor:
             cursor.execute(
-                "SELECT v.id, v.number, v.serial, v.sha256, v.size, v.raw_state,"
-                " v.resource_count,"
+                "SELECT v.id, v.number, v.serial, v.sha256, v.size, v.codec, v.payload,"
+                " b.payload, b.sha256, v.resource_count,"
                 " (SELECT count(*) FROM events e WHERE e.tenant_id = s.tenant_id"
                 "  AND e.state_path = s.path AND e.kind = 'state_write' AND e.sha256 = v.sha256)"
                 " FROM state_versions v JOIN states s ON s.id = v.state_id"
+                " LEFT JOIN state_versions b ON b.state_id = v.state_id"
+                "  AND b.number = v.base_number"
                 " WHERE s.tenant_id = 'default' AND s.path = %s ORDER BY v.number", (path,))
             rows = cursor.fetchall()
             # A state's projection rows are its current version's (a row's
@@ -192,17 +196,29 @@ def stored_versions(dsn: str, path: str) -> list[dict[str, Any]]:
     finally:
         connection.close()
     return [{"id": id_, "number": number, "serial": serial, "sha256": sha256, "size": size,
-             "raw": bytes(raw), "resource_count": resource_count, "events": events,
+             "raw": _decoded(codec, payload, size, sha256, base, base_sha256),
+             "resource_count": resource_count, "events": events,
              "projected_rows": state_rows if index == len(rows) - 1 else None}
-            for index, (id_, number, serial, sha256, size, raw, resource_count, events)
-            in enumerate(rows)]
+            for index, (id_, number, serial, sha256, size, codec, payload, base, base_sha256,
+                        resource_count, events) in enumerate(rows)]
+
+
+def _decoded(codec: str, payload: Any, size: int, sha256: str, base: Any,
+             base_sha256: str | None) -> bytes:
+    """A version's raw bytes from its stored payload (and its base
+    snapshot's, for a delta), by the at-rest codecs alone."""
+    snapshot = None
+    if codec == Codec.ZSTD_DELTA.value:
+        base_raw = zstd.decompress(bytes(base))
+        snapshot = Base(base_raw, str(base_sha256))
+    return decompress_version(Codec(codec), bytes(payload), size, sha256, snapshot)
 
 
 #: What a Kilolock session runs in the middle of a write: on the pool (states
 #: under 8 MB) the statement that inserts the version and its projection (a
 #: prepared statement, or its text when preparing is off); on
 #: the blocking path (larger states) the COPY of the version or its rows.
-POOL_WRITE = ("%INSERT INTO state_versions%", "%EXECUTE kl_write_version%")
+POOL_WRITE = ("%kl_write_state(%", "%EXECUTE kl_write_state_sql%")
 COPY_WRITE = ("COPY state_versions%", "COPY resources%")
 
 

@@ -1,5 +1,5 @@
 """Every route family of both listeners (the state lane, the native API,
-the control API, health and metrics, the dashboard), fuzzed with hostile input on both
+the control API, health and metrics, the dashboard, the TFE lane), fuzzed with hostile input on both
 stores (property-based, hypothesis), in process through the real
 L{KilolockSite}: no input is answered 5xx, a JSON answer is always JSON,
 nothing is stored from a refused request, and the server serves on
@@ -28,6 +28,7 @@ from hostile_support import (
     requests,
     state_texts,
     still_serving,
+    tfe_bodies,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -93,6 +94,32 @@ DASHBOARD = requests(
     ["kind", "state", "by", "page", "type", "address", "module", "attribute", "from", "to",
      "q", "sort", "next", "token", "csrf"])
 
+TFE = requests(
+    ["/api/v2/ping", "/api/v2/{s}", "/api/v2/organizations", "/api/v2/organizations/{s}",
+     "/api/v2/organizations/default/entitlement-set", "/api/v2/organizations/default/workspaces",
+     "/api/v2/organizations/default/workspaces/{s}",
+     "/api/v2/organizations/default/workspaces/app",
+     "/api/v2/organizations/default/workspaces/{s}/actions/safe-delete",
+     "/api/v2/workspaces/{s}", "/api/v2/workspaces/{s}/actions/lock",
+     "/api/v2/workspaces/{app-ws}", "/api/v2/workspaces/{app-ws}/actions/lock",
+     "/api/v2/workspaces/{app-ws}/actions/unlock",
+     "/api/v2/workspaces/{app-ws}/actions/force-unlock",
+     "/api/v2/workspaces/{app-ws}/current-state-version",
+     "/api/v2/workspaces/{app-ws}/current-state-version-outputs",
+     "/api/v2/workspaces/{app-ws}/state-versions", "/api/v2/workspaces/{app-ws}/tag-bindings",
+     "/api/v2/workspaces/{app-ws}/relationships/tags",
+     "/api/v2/workspaces/{s}/actions/unlock", "/api/v2/workspaces/{s}/actions/force-unlock",
+     "/api/v2/workspaces/{s}/current-state-version",
+     "/api/v2/workspaces/{s}/current-state-version-outputs",
+     "/api/v2/workspaces/{s}/state-versions", "/api/v2/workspaces/{s}/tag-bindings",
+     "/api/v2/workspaces/{s}/relationships/tags", "/api/v2/state-versions/{s}",
+     "/api/v2/state-versions/{s}/download", "/api/v2/state-version-outputs/{s}",
+     "/api/v2/state-version-uploads/{s}/state", "/.well-known/terraform.json"],
+    ["search[name]", "search[tags]", "search[wildcard-name]", "page[number]", "page[size]",
+     "include", "grant", "filter[tagged][0][key]"],
+    st.tuples(st.sampled_from(["POST", "PATCH", "PUT"]), st.one_of(tfe_bodies(),
+                                                                 state_texts())))
+
 HEALTH = requests(
     ["/healthz", "/readyz", "/metrics", "/", "/.well-known/kilolock", "/healthz/{s}",
      "/readyz/{s}", "/metrics/{s}", "/{s}", "/.well-known/{s}", "/v1", "/v1/{s}"],
@@ -113,6 +140,7 @@ FAMILIES = {
     "control": (CONTROL, _control),
     "health-metrics": (HEALTH, _state),
     "dashboard": (DASHBOARD, _state),
+    "tfe": (TFE, _state),
 }
 
 
@@ -209,5 +237,26 @@ async def test_a_control_body_is_refused_or_never_breaks_a_read(harness: Harness
         assert reply.status in (201, 400, 404, 409), reply.body
         for view in ("", "/acme", "/acme/workspaces", "/acme/tokens", "/acme/events"):
             fuzz(harness, harness.control_request, ("GET", "/v1/api/tenants" + view, None))
+
+    await harness.run(one)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_tfe_document_is_refused_or_never_breaks_a_read(harness: Harness) -> None:
+    """JSON:API documents with hostile values on the TFE lane's routes that
+    take one (a workspace, a lock reason, a state version, tags): refused
+    (4xx, nothing stored) or stored, and every read view answers."""
+    routes = [("POST", "/api/v2/organizations/default/workspaces"),
+              ("POST", "/api/v2/workspaces/{app-ws}/actions/lock"),
+              ("POST", "/api/v2/workspaces/{app-ws}/state-versions"),
+              ("PATCH", "/api/v2/workspaces/{app-ws}"),
+              ("PATCH", "/api/v2/workspaces/{app-ws}/tag-bindings"),
+              ("POST", "/api/v2/workspaces/{app-ws}/relationships/tags")]
+
+    @examples(harness, BODY_EXAMPLES)
+    @given(tfe_bodies(), st.sampled_from(routes))
+    def one(body: bytes, route: tuple[str, str]) -> None:
+        fuzz(harness, harness.state_request, (*route, body))
+        harness.release("app")
 
     await harness.run(one)

@@ -130,10 +130,11 @@ def test_lane_document_needs_no_credentials() -> None:
 
 
 def test_discovery_advertises_the_native_lane_unencoded(client: Client) -> None:
-    """The discovery document lists the native lane after the HTTP lane, paths plain."""
+    """The discovery document lists the native lane after the HTTP lane (the
+    TFE lane last), paths plain."""
     document = client.get("/.well-known/kilolock").json()
-    http, native = document["lanes"]
-    assert http["name"] == "terraform-http"
+    http, native, tfe = document["lanes"]
+    assert (http["name"], tfe["name"]) == ("terraform-http", "tfe")
     assert (native["name"], native["version"], native["basePath"]) == (
         "kilolock-native", "v1", NATIVE)
     assert native["statesPath"] == NATIVE + "/states"

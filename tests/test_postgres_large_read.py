@@ -36,7 +36,7 @@ ALICE = Principal(DEFAULT_TENANT, "alice")
 KEY = StateKey(DEFAULT_TENANT, "large-read")
 #: A large read that waits (so that the deadline, or an outage, meets it
 #: while its statement runs).
-SLOW_READ = "SELECT raw_state FROM state_versions, pg_sleep(30) WHERE id = %s"
+SLOW_READ = "SELECT payload FROM state_versions, pg_sleep(30) WHERE id = %s"
 
 
 def upload(raw: bytes) -> StateUpload:
@@ -57,7 +57,7 @@ def slow_large_reads(monkeypatch: pytest.MonkeyPatch, everything_is_large: None)
         raw: bytes | None = cursor.select_bytea(SLOW_READ, (version_id,))
         return raw
 
-    monkeypatch.setattr(large, "read_raw_state_txn", slow_txn)
+    monkeypatch.setattr(large, "read_payload_txn", slow_txn)
 
 
 async def started_store(dsn: str, **options: Any) -> Any:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kilolock.errors import LockConflict, LockNotHeld, SerialConflict
 from kilolock.model import (
@@ -26,6 +28,7 @@ from kilolock.state_rules import (
     decide_unlock,
     decide_upload,
     holder_of,
+    is_plain_write,
 )
 
 #: Who may hold the lock: the ID the requests below name ("mine"), another
@@ -160,3 +163,28 @@ def test_upload_of_the_current_serial_with_other_bytes_conflicts() -> None:
     with pytest.raises(SerialConflict) as raised:
         decide_upload(6, "other", [V2], V2)
     assert raised.value.serial == 6
+
+
+_IDS = st.sampled_from([None, "mine", "theirs"])
+_SERIALS = st.integers(min_value=0, max_value=4)
+
+
+@given(lock_id=_IDS, holder_id=_IDS, serial=_SERIALS,
+       stored=st.lists(st.tuples(_SERIALS, st.sampled_from(["a", "b"])), max_size=4),
+       sha256=st.sampled_from(["a", "b"]))
+def test_a_plain_write_is_what_the_rules_call_the_next_version(
+        lock_id: str | None, holder_id: str | None, serial: int,
+        stored: list[tuple[int, str]], sha256: str) -> None:
+    """Where is_plain_write holds (what the database's kl_write_state checks
+    before writing without asking), the rules let the write through and
+    number it the current version's plus one; where it does not, the store
+    asks the rules with the facts."""
+    versions = [version(number, stored_serial, stored_sha)
+                for number, (stored_serial, stored_sha) in enumerate(stored, 1)]
+    holder = None if holder_id is None else Holder(holder_id, b"{}")
+    plain = is_plain_write(lock_id, holder_id, any(v.serial == serial for v in versions))
+    if not plain:
+        return
+    check_write(lock_id, holder)
+    current = versions[-1] if versions else None
+    assert decide_upload(serial, sha256, versions, current) == NextVersion(len(versions) + 1)

@@ -386,3 +386,46 @@ def test_the_dashboard_can_be_turned_off() -> None:
         reply = site.request("GET", path, headers={"Accept": "text/html"})
         assert reply.status == 404, path
         assert reply.json()["error"]["code"] == "not_found"
+
+
+def test_a_state_page_offers_the_cloud_block_of_the_same_state() -> None:
+    """The state page shows, next to the http block, the cloud {} block whose
+    workspace is this very state (the TFE lane's mapping); a name no TFE
+    workspace can have gets no cloud block."""
+    site = DashboardSite("open")
+    site.api("POST", "/v1/states/app", state_body(1))
+    site.api("POST", "/v1/states/default", state_body(1))
+    page = site.browser().get("/ui/states/app")
+    assert page.status == 200
+    assert b"cloud {" in page.body and b'name = "app"' in page.body
+    other = site.browser().get("/ui/states/default")
+    assert other.status == 200 and b"cloud {" not in other.body
+
+
+@pytest.mark.parametrize(("base", "auth_mode", "key", "expected"), [
+    ("https://kilolock.example.com", "static", ("default", "app"),
+     'terraform {\n  cloud {\n    hostname     = "kilolock.example.com"\n'
+     '    organization = "default"\n    workspaces {\n      name = "app"\n    }\n  }\n}\n'
+     "# export TF_TOKEN_kilolock_example_com=<your token>\n"),
+    ("http://localhost:8080", "open", ("default", "net"),
+     'terraform {\n  cloud {\n    hostname     = "localhost:8080"\n'
+     '    organization = "default"\n    workspaces {\n      name = "net"\n    }\n  }\n}\n'
+     "# plain http: Terraform's discovery needs HTTPS, so add the CLI\n"
+     "# configuration's host block of docs/tfe-lane.md\n"),
+    ("https://state.my-corp.io:8443", "database", ("tn_0123456789ab", "ws_1/env_2/db"),
+     'terraform {\n  cloud {\n    hostname     = "state.my-corp.io:8443"\n'
+     '    organization = "tn_0123456789ab"\n    workspaces {\n      name = "db"\n    }\n'
+     '  }\n}\n# the token: a credentials "state.my-corp.io:8443" block of the CLI\n'
+     "# configuration (a host with a port has no TF_TOKEN_ variable)\n"),
+])
+def test_the_cloud_block_names_host_organization_and_workspace(
+        base: str, auth_mode: str, key: tuple[str, str], expected: str) -> None:
+    """The organization is the tenant (``default`` outside the database
+    mode), the workspace the state's own name, the token comes from the
+    environment or the CLI configuration, never from the page."""
+    from kilolock.model import Principal, StateKey
+    from kilolock.web.ui.backend_blocks import cloud_block
+
+    principal = Principal(tenant=key[0], name="someone")
+    assert cloud_block(base, StateKey(*key), principal, auth_mode) == expected
+    assert cloud_block(base, StateKey(key[0], "default"), principal, auth_mode) is None

@@ -152,6 +152,11 @@ def server_error(answer: Answer, what: str, acquired_at: str | None = None) -> K
         message = document["error"].get("message")
         lock = document["error"].get("lock")
         acquired_at = document["error"].get("acquiredAt") or acquired_at
+    elif isinstance(document, dict) and isinstance(document.get("errors"), list) \
+            and document["errors"] and isinstance(document["errors"][0], dict):
+        # A JSON:API error document (the TFE lane).
+        first = document["errors"][0]
+        message = first.get("detail") or first.get("title")
     elif isinstance(document, dict) and "ID" in document and answer.status in (409, 423):
         lock = document  # the HTTP lane answers a lock conflict with the holder's LockInfo
     if answer.status in (409, 423) and isinstance(lock, dict):

@@ -21,6 +21,7 @@ from kilolock.kl.commands import (
     resources,
     states,
     versions,
+    workspaces,
 )
 from kilolock.kl.config import (
     DEFAULT_CONTROL_URL,
@@ -34,7 +35,8 @@ from kilolock.kl.exits import EXIT_INTERRUPTED, EXIT_OK, KlError
 from kilolock.kl.output import Output
 
 #: The command modules, in the order C{kl --help} lists their commands.
-COMMAND_GROUPS = (states, history, versions, locks, resources, events, control, oidc)
+COMMAND_GROUPS = (states, history, versions, locks, resources, events, control, oidc,
+                  workspaces)
 
 
 def _common_options() -> argparse.ArgumentParser:

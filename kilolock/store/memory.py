@@ -61,6 +61,8 @@ from kilolock.state_listing import check_listing, listed, sort_and_page, writer_
 from kilolock.state_rules import Replay, holder_of
 from kilolock.store.memory_oidc import MemoryOidcPolicies
 from kilolock.store.memory_tenants import MemoryTenants
+from kilolock.store.memory_tfe import MemoryTFE
+from kilolock.tfe.interfaces import ITFEStore
 
 
 @define
@@ -86,15 +88,16 @@ class StoredState:
         return self.versions[-1] if self.versions else None
 
 
-@implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore)
+@implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore)
 @define
-class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ignore[misc]
+class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
+                       proxyForInterface(ITFEStore, "tfe")):  # type: ignore[misc]
     """Every state, version, lock and event of every tenant, in dicts.
 
-    L{ITenantStore} is forwarded to L{tenants} (Twisted's
-    C{proxyForInterface}: mypy cannot follow a base class made at run time),
-    which shares the states and the audit chain; L{IOidcPolicyStore} to
-    L{oidc_policies}.
+    L{ITenantStore} is forwarded to L{tenants} and L{ITFEStore} to L{tfe}
+    (Twisted's C{proxyForInterface}: mypy cannot follow a base class made
+    at run time), which share the states and the audit chain;
+    L{IOidcPolicyStore} to L{oidc_policies}.
     """
 
     clock: Callable[[], datetime] = utcnow
@@ -106,6 +109,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
     _sessions: dict[str, UiSession] = field(factory=dict, init=False)
     tenants: MemoryTenants = field(init=False)
     oidc_policies: MemoryOidcPolicies = field(init=False)
+    tfe: MemoryTFE = field(init=False)
 
     @tenants.default
     def _tenants_sharing_this_store(self) -> MemoryTenants:
@@ -114,6 +118,9 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
     @oidc_policies.default
     def _policies_of_the_tenants(self) -> MemoryOidcPolicies:
         return MemoryOidcPolicies(self.tenants, self._append_event, self.clock)
+    @tfe.default
+    def _tfe_sharing_this_store(self) -> MemoryTFE:
+        return MemoryTFE(self._states, self._append_event, self.clock)
 
     def start(self) -> Deferred[None]:
         return succeed(None)
@@ -132,6 +139,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ign
         self._sessions.clear()
         self.tenants.forget()
         self.oidc_policies.forget()
+        self.tfe.forget()
 
     # -- the state lane -------------------------------------------------
 

@@ -94,24 +94,55 @@ def log_unexpected(failure: Failure) -> str:
     return incident
 
 
-def response_for_failure(failure: Failure, metrics: Metrics | None) -> Response:
+#: How a part of the tree words its errors: the response an error becomes.
+ErrorDialect = Callable[[KilolockError], Response]
+
+#: The dialects of the parts of the tree that answer errors in their own
+#: words, by path prefix (registered by those parts); elsewhere
+#: L{response_for_error}.  Consulted where no resource answers: the body
+#: limit's 413, sent before the request is routed.
+_PATH_DIALECTS: dict[bytes, ErrorDialect] = {}
+
+
+def register_error_dialect(prefix: bytes, dialect: ErrorDialect) -> None:
+    """Answer the errors of requests under C{prefix} with C{dialect} where
+    no resource answers them."""
+    _PATH_DIALECTS[prefix] = dialect
+
+
+def error_dialect_for(path: bytes) -> ErrorDialect:
+    """The dialect of the errors of a request for C{path}."""
+    for prefix, dialect in _PATH_DIALECTS.items():
+        if path.startswith(prefix):
+            return dialect
+    return response_for_error
+
+
+def response_for_failure(failure: Failure, metrics: Metrics | None,
+                         dialect: ErrorDialect = response_for_error) -> Response:
     """The answer to a handler's failure: a L{KilolockError}'s own response
-    (a lock conflict counted), anything else a logged, opaque 500."""
+    in C{dialect} (a lock conflict counted), anything else a logged, opaque
+    500."""
     error = failure.value
     if isinstance(error, KilolockError):
         if isinstance(error, LockConflict) and metrics is not None:
             metrics.lock_conflicts.inc()
-        return response_for_error(error)
+        return dialect(error)
     incident = log_unexpected(failure)
-    return Response(500, error_body(
-        "internal_error", f"internal error (incident {incident}); see the server log"), JSON)
+    return dialect(KilolockError(f"internal error (incident {incident}); see the server log"))
 
 
 class KilolockResource(Resource):
     """A resource of Kilolock's tree: it names its route for the access log
-    and the metrics (L{kilolock.web.context.RequestContext.route})."""
+    and the metrics (L{kilolock.web.context.RequestContext.route}), and
+    words its errors (L{error_response}: Kilolock's JSON error document,
+    unless a part of the tree speaks another dialect)."""
 
     route: str = UNMATCHED
+
+    def error_response(self, error: KilolockError) -> Response:
+        """The response C{error} becomes on this resource."""
+        return response_for_error(error)
 
 
 R = TypeVar("R", bound="AsyncResource")
@@ -150,7 +181,7 @@ def render_async(handler: Callable[[R, Request], Coroutine[Any, Any, Response]],
                 return
             if isinstance(failure.value, Denied):
                 note_denial(request, failure.value)
-            answer(response_for_failure(failure, resource.metrics))
+            answer(response_for_failure(failure, resource.metrics, resource.error_response))
 
         request.notifyFinish().addErrback(gone)
         work = ensureDeferred(handler(resource, request))
@@ -218,8 +249,9 @@ class ErrorPage(KilolockResource):
         return NOT_DONE_YET
 
     def response_for(self, request: Request) -> Response:
-        """What this page answers C{request}: its error."""
-        return response_for_error(self.error)
+        """What this page answers C{request}: its error, in the document its
+        subtree answers errors with (L{error_response})."""
+        return self.error_response(self.error)
 
     def getChild(self, path: bytes, request: Request) -> Resource:
         return self

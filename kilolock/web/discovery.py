@@ -15,6 +15,7 @@ from twisted.web.server import Request
 import kilolock
 from kilolock.web._base import JSON, AsyncResource, Response, render_async
 from kilolock.web.native import BASE_PATH, LANE_NAME, LANE_VERSION, MARKER
+from kilolock.web.tfe import API_PATH as TFE_API_PATH
 
 #: Version of the discovery document's own shape.
 DISCOVERY_VERSION = 1
@@ -49,6 +50,12 @@ def discovery_document(auth_mode: str) -> dict[str, Any]:
                 "stateAddressing": ["{name}", "{workspace_id}/{env_public_id}/{state_name}"],
             },
             native_lane_entry(),
+            {
+                "name": "tfe",
+                "version": "v2",
+                "basePath": TFE_API_PATH,
+                "terraformDiscovery": "/.well-known/terraform.json",
+            },
         ],
         "health": {"liveness": "/healthz", "readiness": "/readyz", "metrics": "/metrics"},
     }

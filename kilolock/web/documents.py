@@ -9,6 +9,7 @@ from typing import Any
 
 from kilolock.model import AuditEvent, HeldLock, rfc3339
 from kilolock.text_rules import stored_document
+from kilolock.tfe.locks import lane_of
 from kilolock.tfstate_json import compact_json
 from kilolock.web._base import JSON, Response
 
@@ -20,17 +21,18 @@ def json_response(document: Any, status: int = 200) -> Response:
     return Response(status, json_bytes(document), JSON, dict(NO_STORE))
 
 
-def json_bytes(document: Any) -> bytes:
-    """C{document} as indented UTF-8 JSON and a newline, whatever a store
-    handed back: an unpaired surrogate in a string is written as its JSON
-    escape (C{\\ud800}), never raised on; a document too deep for the
-    indenting encoder, or holding a number beyond a double's range, is
-    written compact (L{compact_json}: such numbers as text)."""
+def json_bytes(document: Any, indent: int | None = 2) -> bytes:
+    """C{document} as UTF-8 JSON, indented and with a final newline (or
+    compact, with C{indent=None}), whatever a store handed back: an
+    unpaired surrogate in a string is written as its JSON escape
+    (C{\\ud800}), never raised on; a document too deep for the indenting
+    encoder, or holding a number beyond a double's range, is written compact
+    (L{compact_json}: such numbers as text)."""
     try:
-        text = json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(document, indent=indent, ensure_ascii=False, allow_nan=False)
     except (RecursionError, ValueError):
         text = compact_json(document)
-    return text.encode("utf-8", "backslashreplace") + b"\n"
+    return text.encode("utf-8", "backslashreplace") + (b"" if indent is None else b"\n")
 
 
 def lock_document(lock: HeldLock, now: datetime) -> dict[str, Any]:
@@ -47,6 +49,8 @@ def lock_document(lock: HeldLock, now: datetime) -> dict[str, Any]:
         "acquiredAt": rfc3339(lock.acquired_at),
         "ageSeconds": max(0, int((now - lock.acquired_at).total_seconds())),
         "principal": lock.principal,
+        # Which lane took it: "http" (a LOCK) or "tfe" (actions/lock).
+        "lane": lane_of(lock.info),
         "info": info,
     }
 

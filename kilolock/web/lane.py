@@ -3,12 +3,13 @@ the authentication portal, the reactor and the metrics; and the way a
 caller gets in (authentication, then the scope rule of L{kilolock.scope}).
 
 Every tree that addresses states uses it: the Terraform HTTP backend
-(L{kilolock.web.states}), the native API (L{kilolock.web.native}) and any
-other lane.  So a CI job's OIDC token (L{kilolock.oidc_access}) is decided
-here for all of them: its tenant (from the workspace the state's path
-names, in hosted mode), its grants on the state (read, write, outputs-only),
-and the lock grace of an expired token finishing its own apply (a write
-fenced by the lock, or the unlock: L{Finishing}).
+(L{kilolock.web.states}), the native API (L{kilolock.web.native}), the TFE
+lane (L{kilolock.web.tfe}) and any other lane.  So a CI job's OIDC token
+(L{kilolock.oidc_access}) is decided here for all of them: its tenant (from
+the workspace the state's path names, in hosted mode), its grants on the
+state (read, write, outputs-only), and the lock grace of an expired token
+finishing its own apply (a write fenced by the lock, or the unlock:
+L{Finishing}).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from kilolock.auth import authenticate
 from kilolock.interfaces import IStateStore
 from kilolock.metrics import Metrics
 from kilolock.model import Principal, StateKey, WriteOutcome
-from kilolock.oidc.policy import Access
 from kilolock.scope import check_caller, state_key
 from kilolock.tls import with_client_certificate
 from kilolock.web.context import context_of
@@ -52,8 +52,10 @@ class StateLane:
     reactor: Any
     metrics: Metrics | None = None
 
-    async def authorize(self, request: Request, write: bool = False) -> Principal:
-        """The caller of a request that names no state.
+    async def authorize(self, request: Request, write: bool = False,
+                        outputs: bool = False) -> Principal:
+        """The caller of a request that names no state (C{outputs}: see
+        L{kilolock.scope.state_key}).
 
         @return: (awaited) the principal, with the client's address and
             certificate for the audit trail.
@@ -61,7 +63,7 @@ class StateLane:
         @raise Forbidden: (403) see L{check_caller}.
         """
         principal = await self._login(request)
-        check_caller(principal, write)
+        check_caller(principal, write, outputs)
         return self._as_seen(request, principal)
 
     async def authorize_state(self, request: Request, segments: Sequence[str],
@@ -80,8 +82,7 @@ class StateLane:
         @raise Forbidden: (403) see L{state_key}.
         """
         principal = await self._login(request, segments)
-        access = Access.OUTPUTS_ONLY if outputs else None
-        key = state_key(principal, segments, write, access=access,
+        key = state_key(principal, segments, write, outputs=outputs,
                         finishing=finishing is not None)
         context_of(request).key = key
         oidc = principal.oidc

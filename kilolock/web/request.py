@@ -6,7 +6,6 @@ access-log event per request.
 from __future__ import annotations
 
 import io
-import json
 import os
 import time
 from typing import Any
@@ -20,8 +19,13 @@ from twisted.web.http import HTTPChannel
 from twisted.web.resource import IResource
 from twisted.web.server import NOT_DONE_YET, Request
 
-from kilolock.errors import MethodNotAllowed
-from kilolock.web._base import KilolockResource, response_for_error, write_response
+from kilolock.errors import MethodNotAllowed, PayloadTooLarge
+from kilolock.web._base import (
+    KilolockResource,
+    error_dialect_for,
+    response_for_error,
+    write_response,
+)
 from kilolock.web.context import context_of
 from kilolock.web.forwarded import ClientOrigin, client_origin
 
@@ -185,15 +189,16 @@ class KilolockRequest(Request):
         self._refused = True
         self.content = _Discard()
         limit = self._limit()
-        body = json.dumps({"error": {
-            "code": "payload_too_large",
-            "message": f"the request body is larger than the limit of {limit} bytes"
-                       " (KL_MAX_BODY_BYTES)",
-        }}).encode()
-        head = (b"HTTP/1.1 413 Payload Too Large\r\n"
-                b"Content-Type: application/json\r\n"
-                b"Connection: close\r\n"
-                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        refusal = error_dialect_for(getattr(self.channel, "_path", None) or b"")(
+            PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes"
+                            " (KL_MAX_BODY_BYTES)"))
+        body = refusal.body
+        head = b"".join((
+            b"HTTP/1.1 413 Payload Too Large\r\n",
+            b"Content-Type: " + (refusal.content_type or b"application/json") + b"\r\n",
+            *(name + b": " + value + b"\r\n" for name, value in refusal.headers.items()),
+            b"Connection: close\r\n",
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"))
         log.info("refused a request body over {limit} bytes", limit=limit)
         transport: Any = self.channel.transport
         transport.write(head + body)
@@ -237,8 +242,10 @@ class KilolockRequest(Request):
         try:
             body = resrc.render(self)
         except UnsupportedMethod as refused:
-            write_response(self, response_for_error(
-                MethodNotAllowed(sorted(refused.allowedMethods))))
+            error = MethodNotAllowed(sorted(refused.allowedMethods), self.method)
+            write_response(self, resrc.error_response(error)
+                           if isinstance(resrc, KilolockResource)
+                           else response_for_error(error))
             return
         if body is not NOT_DONE_YET:
             self.setHeader(b"Content-Length", str(len(body)).encode())

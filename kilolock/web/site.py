@@ -20,16 +20,21 @@ from kilolock.web.metrics import MetricsResource
 from kilolock.web.native.tree import NativeRoot
 from kilolock.web.request import DEFAULT_MAX_BODY_BYTES, KilolockChannel, KilolockRequest
 from kilolock.web.states import StateResource, StateUnlockResource, states_branch
+from kilolock.web.tfe.discovery import TerraformDiscoveryResource
+from kilolock.web.tfe.lane import TFELane
+from kilolock.web.tfe.tree import api_root
 from kilolock.web.ui.tree import RootDirectory, UiOptions, build_dashboard
 
 
 def build_root(store: IStateStore, portal: Portal, reactor: Any,
                metrics: Metrics | None = None, auth_mode: str = "open",
-               ui: UiOptions | None = None) -> Resource:
+               ui: UiOptions | None = None, public_url: str | None = None) -> Resource:
     """The state listener's tree: C{/v1/states/...} and C{/v1/state-unlock/...}
     (L{kilolock.web.states}), C{/v1/native/...} (L{kilolock.web.native}),
-    C{/healthz}, C{/readyz}, C{/metrics} (with C{metrics}) and
-    C{/.well-known/kilolock}; with C{ui}, the dashboard at C{/ui/}
+    C{/api/v2/...} (the TFE lane, L{kilolock.web.tfe}; its URLs based on
+    C{public_url}, else the request's host), C{/healthz}, C{/readyz},
+    C{/metrics} (with C{metrics}), C{/.well-known/kilolock} and
+    C{/.well-known/terraform.json}; with C{ui}, the dashboard at C{/ui/}
     (L{kilolock.web.ui}), where a browser's C{GET /} goes; anything else a
     JSON 404."""
     lane = StateLane(store=store, portal=portal, reactor=reactor, metrics=metrics)
@@ -43,6 +48,10 @@ def build_root(store: IStateStore, portal: Portal, reactor: Any,
     root.putChild(b"readyz", ReadinessResource(store))
     root.putChild(b".well-known", well_known)
     well_known.putChild(b"kilolock", DiscoveryResource(auth_mode))
+    well_known.putChild(b"terraform.json", TerraformDiscoveryResource())
+    api = Directory()
+    root.putChild(b"api", api)
+    api.putChild(b"v2", api_root(TFELane(lane, auth_mode=auth_mode, public_url=public_url)))
     if metrics is not None:
         root.putChild(b"metrics", MetricsResource(metrics, store))
     v1.putChild(b"states", states_branch(lane, StateResource))

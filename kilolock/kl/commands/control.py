@@ -45,7 +45,9 @@ def register(tree: CommandTree) -> None:
                         help="what the token is for")
     create.add_argument("--environment", required=True, help="the environment it may use")
     create.add_argument("--workspace", help="the workspace (default: the tenant's default)")
-    create.add_argument("--scope", choices=("write", "read"), help="default write")
+    create.add_argument("--scope", choices=("write", "read", "outputs"),
+                        help="default write; outputs: TFE workspaces and non-sensitive"
+                             " outputs only")
     revoke = tree.command("revoke", cmd_tokens, "revoke a token", group="tokens")
     revoke.add_argument("slug")
     revoke.add_argument("token_id")

@@ -1,18 +1,16 @@
-"""Values to and from SQL: how a state, its projection and bytea travel.
+"""Values to and from SQL: how a state's projection and bytea travel.
 
 Bytes come back from the pool as bytea hex text (L{bytes_from_hex}); a
-write's parameters go out pre-quoted (L{WriteParameters}), the state as a
-text or hex literal and the projection as three JSON arrays, so that the
-quoting of a large state can run in a thread.  Pure functions and values: no
-I/O, no Twisted.
+write's projection goes out pre-quoted as three JSON arrays
+(L{WriteParameters}), so that the quoting of a large one can run in a
+thread.  Pure functions and values: no I/O, no Twisted.
 """
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from json.encoder import encode_basestring_ascii as _encode_json_string
 from typing import Any
 
@@ -61,36 +59,6 @@ class SQLLiteral:
         return self.quoted
 
 
-def _bytea_expression(raw: bytes, as_text: bool) -> SQLLiteral:
-    """C{raw} as an SQL expression of type bytea.
-
-    With C{as_text} (a UTF-8 database), UTF-8 without NUL (every state body:
-    it is JSON) travels as a text literal through C{convert_to}, half the
-    size of hex and about twice as fast for the server to read; the session
-    has standard_conforming_strings on, so only quotes need doubling (byte
-    0x27 never occurs inside a UTF-8 multi-byte sequence).  Anything else
-    travels as hex.
-    """
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    parts = [b"convert_to('"]
-    try:
-        if not as_text:
-            raise ValueError("hex")
-        for start in range(0, len(raw), _QUOTING_CHUNK):
-            chunk = raw[start:start + _QUOTING_CHUNK]
-            if b"\x00" in chunk:
-                raise ValueError("NUL")
-            decoder.decode(chunk)
-            parts.append(chunk.replace(b"'", b"''"))
-        decoder.decode(b"", final=True)
-    except ValueError:  # UnicodeDecodeError included
-        hex_parts = [raw[start:start + _QUOTING_CHUNK].hex().encode()
-                     for start in range(0, len(raw), _QUOTING_CHUNK)]
-        return SQLLiteral(b"'\\x" + b"".join(hex_parts) + b"'::bytea")
-    parts.append(b"', 'UTF8')")
-    return SQLLiteral(b"".join(parts))
-
-
 def _text_literal(parts: Iterable[str]) -> SQLLiteral:
     """The concatenation of C{parts} (text without NUL, such as JSON) as an
     SQL string literal, quoted part by part."""
@@ -107,13 +75,11 @@ def _text(value: str | None) -> str:
 
 @define
 class WriteParameters:
-    """What a write sends besides small values: the state as a bytea
-    expression and the projection as three JSON arrays of row objects (the
-    parameters of L{kilolock.store.postgres.statements.PROJECTION_STEPS}),
-    all pre-quoted.  Attribute JSON is spliced in as it is (after
-    L{jsonb_safe}), never parsed again."""
+    """What a write sends besides small values: the projection as three JSON
+    arrays of row objects (parameters of the schema's C{kl_write_state}),
+    pre-quoted, and their digests.  Attribute JSON is spliced in as it is
+    (after L{jsonb_safe}), never parsed again."""
 
-    raw_state: SQLLiteral
     resources: SQLLiteral
     dependencies: SQLLiteral
     outputs: SQLLiteral
@@ -121,22 +87,15 @@ class WriteParameters:
     #: SHA-256 (hex) of the resources, dependencies and outputs JSON.
     digests: tuple[str, str, str] = field(default=("", "", ""))
 
-    def projection_parameters(self, stored: Sequence[str | None] | None) -> dict[str, Any]:
-        """The parameters of the projection's statement given the digests
-        stored on the state row: a table whose digest is unchanged is left
-        alone (its JSON is not sent, its rows are not touched)."""
-        stored = tuple(stored or ())
-        params: dict[str, Any] = {"digests": list(self.digests)}
-        for index, name in enumerate(("resources", "dependencies", "outputs")):
-            unchanged = len(stored) == 3 and stored[index] == self.digests[index]
-            params["replace_" + name] = not unchanged
-            params[name] = None if unchanged else getattr(self, name)
-        return params
+    def projection_parameters(self) -> dict[str, Any]:
+        """The projection's parameters of C{kl_write_state}: the database
+        replaces a table only where its stored digest differs."""
+        return {"digests": list(self.digests), "resources": self.resources,
+                "dependencies": self.dependencies, "outputs": self.outputs}
 
     @classmethod
-    def of(cls, upload: StateUpload, utf8_database: bool) -> WriteParameters:
-        """Quote C{upload}; C{utf8_database}: the server encoding is UTF-8
-        (else the state travels as hex)."""
+    def of(cls, upload: StateUpload) -> WriteParameters:
+        """Quote C{upload}'s projection."""
         projection = upload.parsed.projection or Projection()
         resources = [
             ("{" if index == 0 else ",{")
@@ -158,7 +117,6 @@ class WriteParameters:
             for row in projection.outputs])
         resource_parts = ["[", *resources, "]"]
         return cls(
-            raw_state=_bytea_expression(upload.raw, as_text=utf8_database),
             resources=_text_literal(resource_parts),
             dependencies=_text_literal([dependencies]),
             outputs=_text_literal([outputs]),

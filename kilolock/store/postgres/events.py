@@ -2,9 +2,10 @@
 transaction, and the two calls of L{IStateStore} about events.
 
 Events are chained per tenant: the chain head (last seq and hash) is kept on
-the tenant row, which an append locks; the hash is PostgreSQL's sha256()
-over the text L{kilolock.audit.event_hash} hashes
-(L{kilolock.audit.event_hash_template}), so both stores chain alike.
+the tenant row, which an append locks last in its transaction (the schema's
+C{kl_append_event}; the lock order is described in C{006_write_path.sql});
+the hash is PostgreSQL's sha256() over the text L{kilolock.audit.event_hash}
+hashes (L{kilolock.audit.event_hash_template}), so both stores chain alike.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from kilolock.store.postgres import rows, statements
 from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresEvents", "append_event_and_commit_txn", "append_event_txn",
-           "event_parameters"]
+           "event_parameters", "numbered_event_parameters"]
+
+#: Stand-ins for a version number that only the database learns: numbers no
+#: event text holds otherwise (the first that occurs once is used).
+_NUMBER_STAND_INS = (987654321987654321, 918273645546372819, 897969594939291909)
 
 
 def event_parameters(tenant: str, kind: str, principal: str, state_path: str | None,
@@ -30,7 +35,8 @@ def event_parameters(tenant: str, kind: str, principal: str, state_path: str | N
                      sha256: str | None = None,
                      detail: Mapping[str, Any] | None = None) -> tuple[AuditEvent, dict[str, Any]]:
     """An event (seq and hashes still to come) and the parameters of
-    L{statements.APPEND_EVENT_STEPS} that append it."""
+    L{statements.APPEND_EVENT} (and of the mutations that append one) that
+    append it."""
     event = unchained_event(tenant, kind, principal, state_path, at, lock_id=lock_id,
                             serial=serial, sha256=sha256, detail=detail)
     prefix, suffix = event_hash_template(event)
@@ -39,6 +45,29 @@ def event_parameters(tenant: str, kind: str, principal: str, state_path: str | N
         "at": at, "lock_id": lock_id, "serial": serial, "sha256": sha256,
         "detail": event.detail, "prefix": prefix, "suffix": suffix,
     }
+
+
+def numbered_event_parameters(
+        tenant: str, kind: str, principal: str, state_path: str | None, at: datetime,
+        detail_of: Callable[[int], Mapping[str, Any]], *, lock_id: str | None = None,
+        serial: int | None = None, sha256: str | None = None) -> dict[str, Any]:
+    """The parameters that append an event whose detail names a number
+    (C{detail_of(number)}: a new version's) that the database picks: the
+    detail and the hash prefix each in two parts around the number, so that
+    C{detail = detail_head || number || detail_tail} and the hash input is
+    C{prev_hash || prefix_head || number || prefix_tail || seq || suffix}
+    (the detail comes before C{seq} in the event's canonical JSON)."""
+    for stand_in in _NUMBER_STAND_INS:
+        _, params = event_parameters(tenant, kind, principal, state_path, at, lock_id=lock_id,
+                                     serial=serial, sha256=sha256, detail=detail_of(stand_in))
+        mark = str(stand_in)
+        if params["detail"].count(mark) == 1 and params["prefix"].count(mark) == 1 \
+                and mark not in params["suffix"]:
+            detail_head, detail_tail = params.pop("detail").split(mark)
+            prefix_head, prefix_tail = params.pop("prefix").split(mark)
+            return {**params, "detail_head": detail_head, "detail_tail": detail_tail,
+                    "prefix_head": prefix_head, "prefix_tail": prefix_tail}
+    raise ValueError("every stand-in for the number occurs in the event's text")
 
 
 async def append_event_txn(cursor: Any, tenant: str, kind: str, principal: str,
@@ -56,7 +85,7 @@ async def append_event_txn(cursor: Any, tenant: str, kind: str, principal: str,
                                      detail=detail)
     await cursor.execute(statements.APPEND_EVENT, params)
     row = cursor.fetchone()
-    if row is None:  # no such tenant yet
+    if row[0] is None:  # no such tenant yet
         await cursor.execute(statements.CREATE_TENANT, (tenant,))
         await cursor.execute(statements.APPEND_EVENT, params)
         row = cursor.fetchone()

@@ -1,9 +1,11 @@
 """Large states: how big is big, and the transactions of the blocking path.
 
-A state of at least L{LARGE_TRANSFER_BYTES} is written and read on a
-blocking connection in a thread (L{kilolock.store.postgres.blocking}: why),
-by the transactions here: its bytes go in with a binary COPY, its projection
-with one COPY per table, and it comes back as a binary result.  Smaller
+A state of at least L{LARGE_TRANSFER_BYTES} is written on a blocking
+connection in a thread (L{kilolock.store.postgres.blocking}: why), by the
+transactions here: its compressed payload goes in with a binary COPY, its
+projection with one COPY per table; a payload of that size (an old
+uncompressed row, or one zstd does not shrink) comes back as a binary
+result.  Smaller
 thresholds move CPU work on big values (quoting, decoding) off the reactor
 thread.  The thresholds are read when a call runs: tests lower them.
 """
@@ -14,14 +16,14 @@ from typing import Any
 
 from attrs import define
 
+from kilolock.atrest.stored import StoredPayload
 from kilolock.model import Projection, StateUpload, StateVersion
 from kilolock.store.postgres import statements
 from kilolock.store.postgres.blocking import binary_copy, text_copy
 from kilolock.store.postgres.codecs import jsonb_safe
 
 __all__ = ["LARGE_PROJECTION_ROWS", "LARGE_TRANSFER_BYTES", "LARGE_UPLOAD_BYTES", "BulkWrite",
-           "copy_projection_txn", "copy_version_txn", "read_raw_state_txn",
-           "small_raw_or_version_id"]
+           "copy_projection_txn", "copy_version_txn", "read_payload_txn"]
 
 #: Uploads at least this big are prepared for the database in a thread.
 LARGE_UPLOAD_BYTES = 1 << 20
@@ -32,52 +34,43 @@ LARGE_PROJECTION_ROWS = 2000
 LARGE_TRANSFER_BYTES = 8 << 20
 
 
-def small_raw_or_version_id(row: Any) -> str | int | None:
-    """From a (raw state or NULL, id) row of L{statements.CURRENT_RAW_STATE}
-    or L{statements.VERSION_RAW_STATE}: the hex text, or the version id of a
-    large state (to read with L{read_raw_state_txn}), or None when there is
-    no row."""
-    if row is None:
-        return None
-    raw, version_id = row
-    return int(version_id) if raw is None else str(raw)
-
-
-async def read_raw_state_txn(cursor: Any, version_id: int) -> bytes | None:
-    """The raw state of version C{version_id}, selected in binary on a
+async def read_payload_txn(cursor: Any, version_id: int) -> bytes | None:
+    """The payload of version row C{version_id}, selected in binary on a
     psycopg 3 connection (a blocking transaction's cursor: see
     L{kilolock.store.postgres.blocking.BlockingCursor.select_bytea}); None
     when the version is gone."""
-    raw: bytes | None = cursor.select_bytea(statements.RAW_STATE_BY_ID, (version_id,))
-    return raw
+    payload: bytes | None = cursor.select_bytea(statements.PAYLOAD_BY_ID, (version_id,))
+    return payload
 
 
 @define
 class BulkWrite:
-    """What a write on the blocking path sends with COPY: the state's bytes
-    as they are and the projection's rows."""
+    """What a write on the blocking path sends with COPY: the state's
+    payload (compressed) and the projection's rows."""
 
-    raw: bytes
+    stored: StoredPayload
     projection: Projection
     resource_count: int
 
     @classmethod
-    def of(cls, upload: StateUpload) -> BulkWrite:
+    def of(cls, upload: StateUpload, stored: StoredPayload) -> BulkWrite:
         projection = upload.parsed.projection or Projection()
-        return cls(upload.raw, projection, len(projection.resources))
+        return cls(stored, projection, len(projection.resources))
 
 
 async def copy_version_txn(cursor: Any, state_id: int, version: StateVersion,
                            prepared: BulkWrite) -> int:
     """Insert a version with a binary COPY (a blocking transaction's
-    cursor): the bytes go in as they are.  @return: the new row's id."""
+    cursor): the payload goes in as it is (a full snapshot: large states
+    are never deltas).  @return: the new row's id."""
     await cursor.execute(statements.TOUCH_STATE_AND_NEXT_VERSION_ID,
                          {"state": state_id, "now": version.created_at})
     (version_id,) = cursor.fetchone()
     cursor.copy_in(statements.COPY_VERSION, binary_copy([(
         ("int8", version_id), ("int8", state_id), ("int4", version.number),
         ("int8", version.serial), ("text", version.lineage), ("text", version.sha256),
-        ("int8", version.size), ("bytea", prepared.raw), ("timestamptz", version.created_at),
+        ("int8", version.size), ("bytea", prepared.stored.payload),
+        ("text", prepared.stored.codec.value), ("timestamptz", version.created_at),
         ("text", version.principal), ("bool", version.projected),
         ("int4", prepared.resource_count),
     )]))

@@ -1,19 +1,23 @@
 """The state lane's reads in PostgreSQL: bytes, summaries, versions, the
 projection and resource search.
 
-Each call is one transaction.  Large values are decoded in a thread, and a
-state of at least L{large.LARGE_TRANSFER_BYTES} is read on the blocking path
-with a binary result (L{large.read_raw_state_txn}).  The SQL is
+Each call is one transaction.  A version's bytes are its stored payload
+decoded (with its base snapshot's, for a delta: one statement selects both;
+L{kilolock.store.postgres.payloads}); large values are decoded in a thread,
+and a payload of at least L{large.LARGE_TRANSFER_BYTES} is read on the
+blocking path with a binary result (L{large.read_payload_txn}).  The SQL is
 L{kilolock.store.postgres.statements}.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
 from typing import Any
 
+from attrs import evolve
 from twisted.internet.defer import Deferred, ensureDeferred
 
+from kilolock.atrest.versions import VersionCodec
+from kilolock.errors import StateNotFound
 from kilolock.model import (
     Projection,
     ResourceMatch,
@@ -23,7 +27,7 @@ from kilolock.model import (
     StateVersion,
 )
 from kilolock.resource_query import check_query
-from kilolock.store.postgres import large, rows, statements
+from kilolock.store.postgres import large, payloads, rows, statements
 from kilolock.store.postgres.codecs import bytes_from_hex
 from kilolock.store.postgres.runner import TransactionRunner
 
@@ -33,52 +37,62 @@ __all__ = ["PostgresReads"]
 class PostgresReads:
     """Reads of states, run by C{runner}."""
 
-    def __init__(self, runner: TransactionRunner) -> None:
+    def __init__(self, runner: TransactionRunner, codec: VersionCodec) -> None:
         self._runner = runner
+        self._codec = codec
 
     # -- bytes ----------------------------------------------------------
 
     def read_current(self, key: StateKey) -> Deferred[bytes | None]:
         """@return: a Deferred firing with the current version's exact bytes,
         or None when the state has no version."""
-        return self._state_bytes(self._read_current_txn, key)
-
-    async def _read_current_txn(self, cursor: Any, key: StateKey) -> str | int | None:
-        await cursor.execute(statements.CURRENT_RAW_STATE,
-                             (large.LARGE_TRANSFER_BYTES, key.tenant, key.path))
-        return large.small_raw_or_version_id(cursor.fetchone())
+        return self._state_bytes(key, statements.CURRENT_STORED_VERSION, {})
 
     def read_version(self, key: StateKey, number: int) -> Deferred[bytes | None]:
         """@return: a Deferred firing with the bytes of version C{number}, or
         None when the state has no such version."""
-        return self._state_bytes(self._read_version_txn, key, number)
+        return self._state_bytes(key, statements.STORED_VERSION, {"number": number})
 
-    async def _read_version_txn(self, cursor: Any, key: StateKey,
-                                number: int) -> str | int | None:
-        await cursor.execute(statements.VERSION_RAW_STATE,
-                             (large.LARGE_TRANSFER_BYTES, key.tenant, key.path, number))
-        return large.small_raw_or_version_id(cursor.fetchone())
+    def _state_bytes(self, key: StateKey, query: str,
+                     params: dict[str, Any]) -> Deferred[bytes | None]:
+        """Select one version's payload columns and its base's (C{query});
+        read a payload too large for the pool on the blocking path; decode.
+        @return: a Deferred firing with the bytes (None: no such version)."""
 
-    def _state_bytes(self, txn: Callable[..., Coroutine[Any, Any, str | int | None]],
-                     *args: Any) -> Deferred[bytes | None]:
-        """Run C{txn}, which selects one version's bytea as hex text when it
-        is small, else the version's id (see L{large.small_raw_or_version_id});
-        decode the hex (in a thread when it is big), or read a large version
-        with a binary result on the blocking path.  @return: a Deferred
-        firing with the bytes (None: no such version)."""
+        async def select(cursor: Any) -> Any:
+            await cursor.execute(query, {**params, "tenant": key.tenant, "path": key.path,
+                                         "limit": large.LARGE_TRANSFER_BYTES})
+            return cursor.fetchone()
 
         async def read() -> bytes | None:
-            found = await self._runner.run_interaction(txn, *args)
-            if found is None:
+            row = await self._runner.run_interaction(select)
+            if row is None:
                 return None
-            if isinstance(found, int):
-                return await self._runner.run_interaction(large.read_raw_state_txn, found,
-                                                          blocking=True)
-            if len(found) >= 2 * large.LARGE_UPLOAD_BYTES:
-                return await self._runner.in_thread(bytes_from_hex, found)
-            return bytes_from_hex(found)
+            version = await self._payload_read(payloads.columns_of(row[0:6]))
+            base = await self._payload_read(payloads.columns_of(row[6:12]))
+            assert version is not None
+            return await payloads.decode_stored(self._codec, key, version, base)
 
         return ensureDeferred(read())
+
+    async def _payload_read(self, columns: payloads.StoredColumns | None,
+                            ) -> payloads.StoredColumns | None:
+        """C{columns} with their payload as bytes: decoded from hex (in a
+        thread when big), or read on the blocking path when it was too
+        large to select on the pool."""
+        if columns is None:
+            return None
+        hex_text: Any = columns.payload
+        if hex_text is None:
+            payload = await self._runner.run_interaction(large.read_payload_txn,
+                                                         columns.row_id, blocking=True)
+            if payload is None:
+                raise StateNotFound("the version was deleted meanwhile")
+        elif len(hex_text) >= 2 * large.LARGE_UPLOAD_BYTES:
+            payload = await self._runner.in_thread(bytes_from_hex, hex_text)
+        else:
+            payload = bytes_from_hex(hex_text)
+        return evolve(columns, payload=payload)
 
     # -- summaries and versions -----------------------------------------
 

@@ -70,9 +70,11 @@ PROBE_TIMEOUT = 3.0
 POOL_RETRY_INTERVAL = 1.0
 #: The Retry-After of a 503 while the database is unreachable.
 RETRY_AFTER = 5
-#: Attempts of a transaction PostgreSQL aborted for a deadlock or
-#: serialisation failure (both are safe to retry).
-TRANSACTION_ATTEMPTS = 3
+#: Seconds between attempts of a transaction PostgreSQL aborted for a
+#: deadlock or a serialisation failure (both safe to retry): they are retried
+#: until the operation timeout, never answered 503 on their own (a 503 means
+#: the database cannot be reached, not that Kilolock contended with itself).
+_ROLLBACK_PAUSE = 0.01
 #: Seconds between attempts of a call refused by a reconnecting connection.
 _REFUSAL_PAUSE = 0.05
 
@@ -304,7 +306,7 @@ class TransactionRunner:
         if self._stopped:
             raise ServiceUnavailable("the state store is stopped", retry_after=RETRY_AFTER)
         pool = await self.ready_pool()
-        attempt = 1
+        started = self._reactor.seconds()
         refusals = 0
         while True:
             try:
@@ -312,9 +314,11 @@ class TransactionRunner:
                     self._bounded_blocking(txn, args) if blocking
                     else self._bounded(pool, lambda cursor: ensureDeferred(txn(cursor, *args))))
             except TransactionRollbackError:
-                if attempt >= TRANSACTION_ATTEMPTS:
-                    raise ServiceUnavailable(retry_after=1) from None
-                attempt += 1
+                if self._reactor.seconds() - started >= self._settings.operation_timeout:
+                    log.warn("a state database call exceeded {seconds} s",
+                             seconds=self._settings.operation_timeout)
+                    raise ServiceUnavailable(retry_after=RETRY_AFTER) from None
+                await deferLater(self._reactor, _ROLLBACK_PAUSE, lambda: None)
                 continue
             except ConnectionDead as error:
                 # Refused before anything ran: that connection is still

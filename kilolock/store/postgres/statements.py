@@ -21,95 +21,61 @@ from kilolock.store.postgres.prepared import PreparedSQL, prepare_statements_sql
 from kilolock.store.postgres.rows import EVENT_COLUMNS, VERSION_COLUMNS
 
 # ---------------------------------------------------------------------------
-# Every mutation: the tenant's audit chain
+# The state lane's mutations: functions of the schema (006_write_path.sql),
+# each one statement and one round trip, with the lock order described there.
 
-# The chain head is locked (FOR NO KEY UPDATE, the lock an UPDATE of the
-# row takes: it serialises appends but, unlike FOR UPDATE, not the
-# foreign-key checks of rows inserted for the tenant meanwhile; only the
-# last step modifies the row), the event linked and hashed, the head moved.
-# Nothing is appended when the tenant does not exist.
-APPEND_EVENT_STEPS = """
-head AS (
-    SELECT chain_seq + 1 AS seq, chain_head AS prev FROM tenants
-    WHERE id = %(tenant)s FOR NO KEY UPDATE
-), appended AS (
-    INSERT INTO events (tenant_id, seq, kind, state_path, principal, at, lock_id, serial,
-                        sha256, detail, prev_hash, hash)
-    SELECT %(tenant)s, head.seq, %(kind)s, %(path)s, %(principal)s, %(at)s, %(lock_id)s,
-           %(serial)s, %(sha256)s, %(detail)s, head.prev,
-           encode(sha256(convert_to(head.prev || %(prefix)s || head.seq || %(suffix)s,
-                                    'UTF8')), 'hex')
-    FROM head
-    RETURNING seq, prev_hash, hash
-), moved AS (
-    UPDATE tenants SET chain_seq = appended.seq, chain_head = appended.hash
-    FROM appended WHERE tenants.id = %(tenant)s
-)
-"""
-
-# One statement for an event; no row comes back when the tenant does not exist.
+# Append an event to the tenant's chain (NULLs when the tenant does not exist).
 APPEND_EVENT = PreparedSQL(
-    "kl_append_event",
-    f"WITH {APPEND_EVENT_STEPS} SELECT seq, prev_hash, hash FROM appended")  # noqa: S608
+    "kl_append_event_sql",
+    "SELECT * FROM kl_append_event(%(tenant)s, %(kind)s, %(path)s, %(principal)s, %(at)s,"
+    " %(lock_id)s, %(serial)s, %(sha256)s, %(detail)s, %(prefix)s, %(suffix)s)")
 
 # The tenant of a first event, when it has none yet.
 CREATE_TENANT = "INSERT INTO tenants (id) VALUES (%s) ON CONFLICT (id) DO NOTHING"
 
-# ---------------------------------------------------------------------------
-# LOCK
+# LOCK: (taken, holder's ID, holder's info).
+LOCK = PreparedSQL(
+    "kl_lock_sql",
+    "SELECT * FROM kl_lock(%(tenant)s, %(path)s, %(lock_id)s, %(info)s, %(at)s,"
+    " %(principal)s, %(kind)s, %(detail)s, %(prefix)s, %(suffix)s, %(token_digest)s)")
 
-# One statement: ON CONFLICT DO NOTHING makes it atomic against concurrent
-# LOCKs in any process; no row comes back when the state is missing or locked.
-TAKE_LOCK = PreparedSQL("kl_take_lock", """
-INSERT INTO locks (state_id, lock_id, info, acquired_at, principal, token_digest)
-SELECT id, %(lock_id)s, %(info)s, %(now)s, %(principal)s, %(token_digest)s::text
-FROM states WHERE tenant_id = %(tenant)s AND path = %(path)s
-ON CONFLICT (state_id) DO NOTHING
-RETURNING state_id
-""")
+# UNLOCK: (released, holder's info, acquired at, principal, token digest).
+UNLOCK = PreparedSQL(
+    "kl_unlock_sql",
+    "SELECT * FROM kl_unlock(%(tenant)s, %(path)s, %(lock_id)s, %(info)s, %(at)s,"
+    " %(principal)s, %(kind)s, %(detail)s, %(prefix)s, %(suffix)s)")
 
-# A LOCK of an existing, unlocked state and its event, in one statement: the
-# event is appended (the tenant's chain head locked) only if the lock was
-# taken; a row comes back only then.
-TAKE_LOCK_AND_RECORD = PreparedSQL("kl_take_lock_and_record", f"""
-WITH taken AS ({TAKE_LOCK}),
-{APPEND_EVENT_STEPS.replace(
-    "WHERE id = %(tenant)s FOR NO KEY UPDATE",
-    "WHERE id = %(tenant)s AND EXISTS (SELECT 1 FROM taken) FOR NO KEY UPDATE")}
-SELECT state_id FROM taken
-""")  # noqa: S608 - constant fragments
+# A write of a state below the large-transfer threshold: (outcome, the
+# holder's ID and info, then a version's columns) rows.
+WRITE_STATE = PreparedSQL(
+    "kl_write_state_sql",
+    "SELECT * FROM kl_write_state(%(tenant)s, %(path)s, %(lock_id)s, %(number)s, %(serial)s,"
+    " %(lineage)s, %(sha256)s, %(size)s, %(at)s, %(principal)s, %(projected)s,"
+    " %(resource_count)s, %(codec)s, %(payload)s, %(base_number)s, %(base_sha256)s,"
+    " %(digests)s, %(resources)s, %(dependencies)s, %(outputs)s, %(kind)s,"
+    " %(detail_head)s, %(detail_tail)s, %(prefix_head)s, %(prefix_tail)s, %(suffix)s)")
 
-# Why TAKE_LOCK took nothing: the state's row (none: it does not exist yet)
-# and the lock's id and info (NULL: nobody holds it any more).
-STATE_AND_LOCK = (
-    "SELECT s.id, l.lock_id, l.info FROM states s"
-    " LEFT JOIN locks l ON l.state_id = s.id"
-    " WHERE s.tenant_id = %s AND s.path = %s"
-)
-
-# A state's row (and its tenant's) for a first LOCK or write.
-CREATE_STATE_ROW = (
-    "INSERT INTO tenants (id) VALUES (%(tenant)s) ON CONFLICT (id) DO NOTHING;"
-    " INSERT INTO states (tenant_id, path, created_at, updated_at)"
-    " VALUES (%(tenant)s, %(path)s, %(now)s, %(now)s)"
-    " ON CONFLICT (tenant_id, path) DO NOTHING"
+# Who holds the lock (also what GET of a lock reads).
+LOCK_HOLDER = (
+    "SELECT l.info, l.acquired_at, l.principal, l.token_digest FROM locks l"
+    " JOIN states s ON s.id = l.state_id WHERE s.tenant_id = %s AND s.path = %s"
 )
 
 # ---------------------------------------------------------------------------
-# A write (POST)
+# A large write's checks (the blocking path, where round trips cost little)
+
+# A state's row (and its tenant's) for a first write.
+CREATE_STATE_ROW = "SELECT kl_create_state(%(tenant)s, %(path)s, %(now)s)"
 
 # Writers of one state are serialised on its row.
-LOCK_STATE_ROW = PreparedSQL(
-    "kl_lock_state_row",
-    "SELECT id FROM states WHERE tenant_id = %(tenant)s AND path = %(path)s FOR UPDATE")
+LOCK_STATE_ROW = "SELECT id FROM states WHERE tenant_id = %(tenant)s AND path = %(path)s FOR UPDATE"
 
 # What a write checks once its state row is locked: the lock (FOR SHARE: an
 # UNLOCK waits for the write) and the versions with the serial plus the
-# current one; one row per version (or one row of NULLs), each with the lock
-# and the digests of the state's projection rows.
-LOCK_AND_CANDIDATES = PreparedSQL("kl_lock_and_candidates", f"""
-SELECT l.lock_id, l.info, d.projection_digests, {VERSION_COLUMNS}
-FROM (SELECT projection_digests FROM states WHERE id = %(state)s) AS d
+# current one; one row per version (or one row of NULLs), each with the lock.
+LOCK_AND_CANDIDATES = f"""
+SELECT l.lock_id, l.info, {VERSION_COLUMNS}
+FROM (SELECT 1) AS one
 LEFT JOIN LATERAL (
     SELECT lock_id, info FROM locks WHERE state_id = %(state)s FOR SHARE
 ) l ON true
@@ -120,64 +86,7 @@ LEFT JOIN LATERAL (
            OR number = (SELECT max(number) FROM state_versions WHERE state_id = %(state)s))
 ) v ON true
 ORDER BY v.number
-""")  # noqa: S608 - constant fragments
-
-# The rows arrive as three JSON arrays of objects (see
-# kilolock.store.postgres.codecs.WriteParameters); WITH ORDINALITY numbers
-# them in state order.  %(version)s is the new version's id (an expression).
-PROJECTION_STEPS = """
-dropped_resources AS (
-    DELETE FROM resources WHERE state_id = %(state)s AND %(replace_resources)s),
-dropped_dependencies AS (
-    DELETE FROM resource_dependencies WHERE state_id = %(state)s AND %(replace_dependencies)s),
-dropped_outputs AS (
-    DELETE FROM outputs WHERE state_id = %(state)s AND %(replace_outputs)s),
-new_resources AS (
-    INSERT INTO resources (state_id, version_id, ordinal, address, module, mode, type, name,
-                           provider, index_key, deposed, attributes)
-    SELECT %(state)s, %(version)s, r.ordinal, r.address, r.module, r.mode, r.type, r.name,
-           r.provider, r.index_key, r.deposed, r.attributes
-    FROM ROWS FROM (jsonb_to_recordset(%(resources)s::jsonb) AS (
-        address text, module text, mode text, type text, name text, provider text,
-        index_key jsonb, deposed text, attributes jsonb
-    )) WITH ORDINALITY AS r (address, module, mode, type, name, provider, index_key,
-                             deposed, attributes, ordinal)
-),
-new_dependencies AS (
-    INSERT INTO resource_dependencies (state_id, version_id, ordinal, address, depends_on)
-    SELECT %(state)s, %(version)s, d.ordinal, d.address, d.depends_on
-    FROM ROWS FROM (jsonb_to_recordset(%(dependencies)s::jsonb) AS (
-        address text, depends_on text
-    )) WITH ORDINALITY AS d (address, depends_on, ordinal)
-),
-new_outputs AS (
-    INSERT INTO outputs (state_id, version_id, ordinal, name, type, value, sensitive)
-    SELECT %(state)s, %(version)s, o.ordinal, o.name, o.type::jsonb, o.value::jsonb,
-           o.sensitive
-    FROM ROWS FROM (jsonb_to_recordset(%(outputs)s::jsonb) AS (
-        name text, type text, value text, sensitive boolean
-    )) WITH ORDINALITY AS o (name, type, value, sensitive, ordinal)
-)
-"""
-
-# A write after its checks, in one statement: the version and its
-# projection (replacing the tables that changed).  Data-modifying steps all
-# run, whatever the final SELECT reads.  The event follows in a statement of
-# its own (APPEND_EVENT), sent in the same round trip.
-WRITE_VERSION = PreparedSQL("kl_write_version", f"""
-WITH touched AS (
-    UPDATE states SET updated_at = %(at)s, projection_digests = %(digests)s
-    WHERE id = %(state)s),
-new_version AS (
-    INSERT INTO state_versions (state_id, number, serial, lineage, sha256, size, raw_state,
-                                created_at, principal, projected, resource_count)
-    VALUES (%(state)s, %(number)s, %(serial)s, %(lineage)s, %(sha256)s, %(size)s, %(raw)s,
-            %(at)s, %(principal)s, %(projected)s, %(resource_count)s)
-    RETURNING id
-),
-{PROJECTION_STEPS.replace("%(version)s", "(SELECT id FROM new_version)")}
-SELECT id FROM new_version
-""")  # noqa: S608 - constant fragments
+"""  # noqa: S608 - constant fragments
 
 # ---------------------------------------------------------------------------
 # A large write (the blocking path: kilolock.store.postgres.large)
@@ -189,7 +98,7 @@ TOUCH_STATE_AND_NEXT_VERSION_ID = (
 )
 
 COPY_VERSION = (
-    "COPY state_versions (id, state_id, number, serial, lineage, sha256, size, raw_state,"
+    "COPY state_versions (id, state_id, number, serial, lineage, sha256, size, payload, codec,"
     " created_at, principal, projected, resource_count) FROM STDIN (FORMAT binary)"
 )
 
@@ -217,23 +126,6 @@ COPY_OUTPUTS = (
 )
 
 # ---------------------------------------------------------------------------
-# UNLOCK
-
-# An owner release (lock_id given) or a force release (NULL), in one statement.
-RELEASE_LOCK = PreparedSQL(
-    "kl_release_lock",
-    "DELETE FROM locks l USING states s"
-    " WHERE l.state_id = s.id AND s.tenant_id = %(tenant)s AND s.path = %(path)s"
-    " AND (%(lock_id)s::text IS NULL OR l.lock_id = %(lock_id)s)"
-    " RETURNING l.info, l.acquired_at, l.principal, l.token_digest")
-
-# Who holds the lock (also what GET of a lock reads).
-LOCK_HOLDER = (
-    "SELECT l.info, l.acquired_at, l.principal, l.token_digest FROM locks l"
-    " JOIN states s ON s.id = l.state_id WHERE s.tenant_id = %s AND s.path = %s"
-)
-
-# ---------------------------------------------------------------------------
 # DELETE
 
 # The lock, on a state row this transaction has locked (FOR SHARE, as
@@ -247,22 +139,24 @@ DELETE_STATE = "DELETE FROM states WHERE id = %s"
 # ---------------------------------------------------------------------------
 # Reads
 
-# A version's raw state as hex text when it is smaller than the first
-# parameter (LARGE_TRANSFER_BYTES), else NULL; and the version's id, by
-# which a large one is read on the blocking path (RAW_STATE_BY_ID).
-CURRENT_RAW_STATE = (
-    "SELECT CASE WHEN v.size < %s THEN v.raw_state END, v.id FROM state_versions v"
-    " JOIN states s ON s.id = v.state_id"
-    " WHERE s.tenant_id = %s AND s.path = %s ORDER BY v.number DESC LIMIT 1"
-)
+# A version's stored payload and, for a delta, its base snapshot's: codec,
+# payload (hex text when shorter than %(limit)s, LARGE_TRANSFER_BYTES; else
+# NULL, and the row's id reads it on the blocking path: PAYLOAD_BY_ID),
+# size, sha256, serial and id of each.  No row: no such version.
+_STORED_VERSION = """
+SELECT v.codec, CASE WHEN octet_length(v.payload) < %(limit)s THEN v.payload END,
+       v.size, v.sha256, v.serial, v.id,
+       b.codec, CASE WHEN octet_length(b.payload) < %(limit)s THEN b.payload END,
+       b.size, b.sha256, b.serial, b.id
+FROM states s JOIN state_versions v ON v.state_id = s.id
+LEFT JOIN state_versions b ON b.state_id = v.state_id AND b.number = v.base_number
+WHERE s.tenant_id = %(tenant)s AND s.path = %(path)s
+"""
+CURRENT_STORED_VERSION = PreparedSQL(
+    "kl_current_version_sql", _STORED_VERSION + " ORDER BY v.number DESC LIMIT 1")
+STORED_VERSION = _STORED_VERSION + " AND v.number = %(number)s"
 
-VERSION_RAW_STATE = (
-    "SELECT CASE WHEN v.size < %s THEN v.raw_state END, v.id FROM state_versions v"
-    " JOIN states s ON s.id = v.state_id"
-    " WHERE s.tenant_id = %s AND s.path = %s AND v.number = %s"
-)
-
-RAW_STATE_BY_ID = "SELECT raw_state FROM state_versions WHERE id = %s"
+PAYLOAD_BY_ID = "SELECT payload FROM state_versions WHERE id = %s"
 
 # One row per state of a tenant (%(path)s: SUMMARY_OF_PATH narrows it to one).
 SUMMARIES = """
@@ -359,5 +253,4 @@ def select_events(state_path: str | None, kinds: list[str] | None, since: dateti
 
 #: What every pooled session prepares once the schema is current.
 PREPARE_STATEMENTS = prepare_statements_sql([
-    LOCK_STATE_ROW, TAKE_LOCK, RELEASE_LOCK, APPEND_EVENT, WRITE_VERSION,
-    LOCK_AND_CANDIDATES, TAKE_LOCK_AND_RECORD])
+    LOCK, WRITE_STATE, UNLOCK, APPEND_EVENT, CURRENT_STORED_VERSION])

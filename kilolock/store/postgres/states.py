@@ -1,28 +1,37 @@
 """The state lane's mutations in PostgreSQL: writes, deletes, LOCK and UNLOCK.
 
-Each call is one transaction of small C{_x_txn} steps.  The transactions
-fetch what L{kilolock.state_rules} needs -- the holder of the lock, the
-versions an upload could repeat -- in the statements they run anyway, ask
-it, and carry out its answer; the rules themselves are decided there only.
-What PostgreSQL adds is correctness across processes sharing one database:
+LOCK, UNLOCK and a write below the large-transfer threshold are each one
+statement, one round trip and one transaction: a function of the schema
+(C{kl_lock}, C{kl_unlock}, C{kl_write_state}, C{006_write_path.sql}) that
+locks rows in the one order every mutation follows (the state row, its lock
+row, its versions, the tenant's chain head last), does the usual case and
+otherwise returns the facts.  The rules are decided in
+L{kilolock.state_rules} only: a function does what the rules always answer
+for the facts it checks (take a free lock; release the lock the request
+names with the info it was taken with; write when
+L{state_rules.is_plain_write}), and for anything else the facts come back,
+the rules decide, and the call is repeated with the decision, which the
+function checks still holds.  What PostgreSQL adds is correctness across
+processes sharing one database:
 
-  - A write locks its state row (C{SELECT ... FOR UPDATE}, after creating it
-    with C{INSERT ... ON CONFLICT DO NOTHING}) so writers of one state are
-    serialised, then reads the lock with a fresh snapshot: a LOCK cannot slip
-    in between, because inserting a lock row needs a key-share lock on the
-    state row.  Lock check, serial check, the raw bytes, the projection (one
-    statement for all three tables, rows passed as one JSON document) and the
-    audit event commit together.
-  - Locks are taken and released with single statements
-    (C{INSERT ... ON CONFLICT (state_id) DO NOTHING RETURNING},
-    C{DELETE ... RETURNING}); there are no advisory locks.
-  - The current version of a state is its highest-numbered one.
+  - A write locks its state row (created first when missing) so writers of
+    one state are serialised, then reads the lock with a fresh snapshot: a
+    LOCK cannot slip in between, because inserting a lock row needs a
+    key-share lock on the state row.  Lock check, serial check, the version,
+    its projection and the audit event commit together.
+  - Locks are taken and released with single statements; there are no
+    advisory locks.  The current version of a state is its highest-numbered
+    one.
 
-The SQL is L{kilolock.store.postgres.statements}, in this module's order.
+A state of L{large.LARGE_TRANSFER_BYTES} or more is written on the blocking
+path (L{kilolock.store.postgres.large}) by a transaction of several
+statements in the same lock order.  Version bytes are compressed
+(L{kilolock.store.postgres.payloads}).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -30,10 +39,14 @@ from typing import Any
 from twisted.internet.defer import Deferred, ensureDeferred
 
 from kilolock import state_rules
+from kilolock.atrest.envelope import VersionIdentity
+from kilolock.atrest.stored import StoredPayload
+from kilolock.atrest.versions import VersionCodec
 from kilolock.audit import delete_detail, lock_detail, write_detail
 from kilolock.errors import ServiceUnavailable, StateNotFound
 from kilolock.model import (
     LOCK_ACQUIRE,
+    LOCK_RELEASE,
     STATE_DELETE,
     STATE_WRITE,
     HeldLock,
@@ -51,22 +64,32 @@ from kilolock.store.postgres.events import (
     append_event_and_commit_txn,
     append_event_txn,
     event_parameters,
+    numbered_event_parameters,
 )
+from kilolock.store.postgres.payloads import SnapshotCache
 from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresStates"]
 
-#: Rounds of "take the lock, else read the holder" before giving up (the
-#: holder can release between the two statements).
-_ACQUIRE_ATTEMPTS = 10
+#: Calls of a mutation's function before giving up (the facts can change
+#: between two calls when other clients act on the same state meanwhile).
+_CALL_ATTEMPTS = 10
+#: Locks taken by this process whose info an UNLOCK can name at once.
+_HELD_LOCKS_REMEMBERED = 10_000
 
 
 class PostgresStates:
-    """Writes, deletes and locks of states, run by C{runner}."""
+    """Writes, deletes and locks of states, run by C{runner}; version bytes
+    are compressed by C{codec} (against the snapshots C{snapshots} keeps)."""
 
-    def __init__(self, runner: TransactionRunner, clock: Callable[[], datetime]) -> None:
+    def __init__(self, runner: TransactionRunner, clock: Callable[[], datetime],
+                 codec: VersionCodec, snapshots: SnapshotCache | None = None) -> None:
         self._runner = runner
         self._clock = clock
+        self._codec = codec
+        self._snapshots = snapshots if snapshots is not None else SnapshotCache()
+        #: (state, lock ID) -> the info bytes of locks this process took.
+        self._held: OrderedDict[tuple[StateKey, str], bytes] = OrderedDict()
 
     # -- LOCK -----------------------------------------------------------
 
@@ -80,51 +103,32 @@ class PostgresStates:
             another ID holds it.
         """
         async def acquire() -> bool:
-            if await self._runner.run_interaction(self._take_lock_at_once_txn, key, info,
-                                                  principal):
+            taken, holder_id, holder_info = await self._runner.run_interaction(
+                self._lock_txn, key, info, principal)
+            if taken is None:
+                raise ServiceUnavailable("the lock kept changing hands; retry", retry_after=1)
+            if taken:
+                self._remember(key, info.id, info.raw)
                 return True
-            return await self._runner.run_interaction(self._acquire_txn, key, info, principal)
+            return state_rules.decide_lock(info.id, rows.holder((holder_id, holder_info)))
 
         return ensureDeferred(acquire())
 
-    async def _take_lock_at_once_txn(self, cursor: Any, key: StateKey, info: LockInfo,
-                                     principal: Principal) -> bool:
-        """The usual LOCK (the state exists and is unlocked) in one statement
-        and one round trip: the lock row and its audit event.  @return:
-        whether the lock was taken (if not, nothing was written)."""
+    async def _lock_txn(self, cursor: Any, key: StateKey, info: LockInfo,
+                        principal: Principal) -> tuple[bool | None, str | None, str | None]:
         now = self._clock()
         _, params = event_parameters(key.tenant, LOCK_ACQUIRE, principal.name, key.path, now,
                                      lock_id=info.id, detail=lock_detail(info, principal))
-        await cursor.execute(statements.TAKE_LOCK_AND_RECORD,
-                             {**params, "info": info.raw, "now": now,
-                              "token_digest": principal.oidc_token_digest}, commit=True)
-        return cursor.fetchone() is not None
+        await cursor.execute(statements.LOCK, {**params, "info": info.raw,
+                                               "token_digest": principal.oidc_token_digest},
+                             commit=True)
+        taken, holder_id, holder_info = cursor.fetchone()
+        return taken, holder_id, holder_info
 
-    async def _acquire_txn(self, cursor: Any, key: StateKey, info: LockInfo,
-                           principal: Principal) -> bool:
-        now = self._clock()
-        for _attempt in range(_ACQUIRE_ATTEMPTS):
-            await cursor.execute(statements.TAKE_LOCK, {
-                "tenant": key.tenant, "path": key.path, "lock_id": info.id,
-                "info": info.raw, "now": now, "principal": principal.name,
-                "token_digest": principal.oidc_token_digest,
-            })
-            if cursor.fetchone() is not None:
-                await append_event_and_commit_txn(cursor, key.tenant, LOCK_ACQUIRE,
-                                                  principal.name, key.path, now,
-                                                  lock_id=info.id,
-                                                  detail=lock_detail(info, principal))
-                return True
-            # Not taken: the state does not exist yet, or a lock is held (or
-            # was, and has just been released: then simply try again).
-            await cursor.execute(statements.STATE_AND_LOCK, (key.tenant, key.path))
-            row = cursor.fetchone()
-            holder = None if row is None else rows.holder(row[1:])
-            if not state_rules.decide_lock(info.id, holder):
-                return False
-            if row is None:
-                await self._create_state_row_txn(cursor, key, now)
-        raise ServiceUnavailable("the lock kept changing hands; retry", retry_after=1)
+    def _remember(self, key: StateKey, lock_id: str, info: bytes) -> None:
+        self._held[(key, lock_id)] = info
+        if len(self._held) > _HELD_LOCKS_REMEMBERED:
+            self._held.popitem(last=False)
 
     # -- a write --------------------------------------------------------
 
@@ -142,33 +146,94 @@ class PostgresStates:
         """
 
         async def write() -> WriteOutcome:
-            await self._runner.ready_pool()  # learns whether the database is UTF-8
             size = len(upload.raw)
-            prepared: WriteParameters | large.BulkWrite
+            identity = VersionIdentity(key.tenant, key.path, upload.parsed.serial,
+                                       upload.sha256, size)
             if size >= large.LARGE_TRANSFER_BYTES:
-                prepared = large.BulkWrite.of(upload)
-            elif size >= large.LARGE_UPLOAD_BYTES:
-                prepared = await self._runner.in_thread(WriteParameters.of, upload,
-                                                        self._runner.utf8_database)
+                await self._runner.ready_pool()
+                stored = await self._codec.encode(upload.raw, identity, None)
+                return await self._runner.run_interaction(
+                    self._large_write_txn, key, upload, lock_id, principal,
+                    large.BulkWrite.of(upload, stored), event_kind, event_detail,
+                    blocking=True)
+            if size >= large.LARGE_UPLOAD_BYTES:
+                prepared = await self._runner.in_thread(WriteParameters.of, upload)
             else:
-                prepared = WriteParameters.of(upload, self._runner.utf8_database)
-            return await self._runner.run_interaction(
-                self._write_txn, key, upload, lock_id, principal, prepared, event_kind,
-                event_detail, blocking=isinstance(prepared, large.BulkWrite))
+                prepared = WriteParameters.of(upload)
+            return await self._write(key, upload, identity, lock_id, principal, prepared,
+                                     event_kind, event_detail)
 
         return ensureDeferred(write())
 
+    async def _write(self, key: StateKey, upload: StateUpload, identity: VersionIdentity,
+                     lock_id: str | None, principal: Principal, prepared: WriteParameters,
+                     event_kind: str, event_detail: Mapping[str, Any] | None) -> WriteOutcome:
+        """The small write: C{kl_write_state}, called again with the rules'
+        decision when it returns the facts, or with a full snapshot when the
+        base of a delta is gone."""
+        cached = self._snapshots.get(key)
+        stored = await self._codec.encode(upload.raw, identity,
+                                          None if cached is None else cached.snapshot)
+        number: int | None = None
+        for _attempt in range(_CALL_ATTEMPTS):
+            now = self._clock()
+            found = await self._runner.run_interaction(
+                self._write_txn, key, upload, lock_id, principal, prepared, stored,
+                None if cached is None else cached.number, number, now, event_kind,
+                event_detail)
+            outcome = found[0][0]
+            if outcome == "written":
+                version = StateVersion.of_upload(upload, found[0][3], now, principal.name)
+                self._snapshots.written(key, version.number, upload.raw, upload.sha256, stored)
+                return WriteOutcome(version=version, created=True)
+            if outcome == "no base":
+                self._snapshots.forget(key)
+                cached = None
+                stored = await self._codec.encode(upload.raw, identity, None)
+                continue
+            holder = rows.holder(found[0][1:3])
+            candidates = [rows.version(row[3:]) for row in found if row[3] is not None]
+            state_rules.check_write(lock_id, holder)
+            decision = state_rules.decide_upload(upload.parsed.serial, upload.sha256,
+                                                 candidates,
+                                                 candidates[-1] if candidates else None)
+            if isinstance(decision, Replay):
+                return WriteOutcome(version=decision.version, created=False)
+            number = decision.number
+        raise ServiceUnavailable("the state kept changing; retry", retry_after=1)
+
     async def _write_txn(self, cursor: Any, key: StateKey, upload: StateUpload,
                          lock_id: str | None, principal: Principal,
-                         prepared: WriteParameters | large.BulkWrite,
-                         event_kind: str = STATE_WRITE,
-                         event_detail: Mapping[str, Any] | None = None) -> WriteOutcome:
+                         prepared: WriteParameters, stored: StoredPayload,
+                         base_number: int | None, number: int | None, now: datetime,
+                         event_kind: str, event_detail: Mapping[str, Any] | None) -> list[Any]:
+        size = len(upload.raw)
+        params = numbered_event_parameters(
+            key.tenant, event_kind, principal.name, key.path, now,
+            lambda version: {**write_detail(version, size, principal), **(event_detail or {})},
+            lock_id=lock_id, serial=upload.parsed.serial, sha256=upload.sha256)
+        delta = stored.base_sha256 is not None
+        await cursor.execute(statements.WRITE_STATE, {
+            **params, "number": number, "lineage": upload.parsed.lineage, "size": size,
+            "projected": upload.parsed.projection is not None,
+            "resource_count": prepared.resource_count, "codec": stored.codec.value,
+            "payload": stored.payload, "base_number": base_number if delta else None,
+            "base_sha256": stored.base_sha256, **prepared.projection_parameters()},
+            commit=True)
+        found: list[Any] = cursor.fetchall()
+        return found
+
+    async def _large_write_txn(self, cursor: Any, key: StateKey, upload: StateUpload,
+                               lock_id: str | None, principal: Principal,
+                               prepared: large.BulkWrite, event_kind: str = STATE_WRITE,
+                               event_detail: Mapping[str, Any] | None = None) -> WriteOutcome:
+        """A large write on the blocking path: the same checks and lock
+        order as C{kl_write_state}, in several statements, with COPY."""
         now = self._clock()
         state_id = await self._lock_state_row_txn(cursor, key, now, create=True)
         assert state_id is not None
         serial = upload.parsed.serial
-        holder, candidates, digests = await self._lock_and_candidates_txn(cursor, state_id,
-                                                                            serial)
+        holder, candidates = await self._lock_and_candidates_txn(cursor, state_id, serial)
         state_rules.check_write(lock_id, holder)
         decision = state_rules.decide_upload(serial, upload.sha256, candidates,
                                              candidates[-1] if candidates else None)
@@ -176,58 +241,38 @@ class PostgresStates:
             return WriteOutcome(version=decision.version, created=False)
         version = StateVersion.of_upload(upload, decision.number, now, principal.name)
         detail = {**write_detail(version.number, version.size, principal), **(event_detail or {})}
-        if isinstance(prepared, large.BulkWrite):
-            version_id = await large.copy_version_txn(cursor, state_id, version, prepared)
-            await large.copy_projection_txn(cursor, state_id, version_id, prepared)
-            await append_event_txn(cursor, key.tenant, event_kind, principal.name, key.path,
-                                   now, lock_id=lock_id, serial=serial, sha256=upload.sha256,
-                                   detail=detail)
-        else:
-            _, params = event_parameters(key.tenant, event_kind, principal.name, key.path, now,
-                                         lock_id=lock_id, serial=serial, sha256=upload.sha256,
-                                         detail=detail)
-            # The event's statement locks the tenant's chain head until the
-            # COMMIT: it comes last, so that the version and projection are
-            # written before that lock is taken (writes of other states of
-            # the tenant wait only for an append and a commit).
-            await cursor.execute((statements.WRITE_VERSION, statements.APPEND_EVENT), {
-                **params, "state": state_id, "number": version.number,
-                "lineage": version.lineage, "size": version.size, "raw": prepared.raw_state,
-                "projected": version.projected, "resource_count": prepared.resource_count,
-                **prepared.projection_parameters(digests)}, commit=True)
+        version_id = await large.copy_version_txn(cursor, state_id, version, prepared)
+        await large.copy_projection_txn(cursor, state_id, version_id, prepared)
+        await append_event_txn(cursor, key.tenant, event_kind, principal.name, key.path,
+                               now, lock_id=lock_id, serial=serial, sha256=upload.sha256,
+                               detail=detail)
         return WriteOutcome(version=version, created=True)
 
     async def _lock_state_row_txn(self, cursor: Any, key: StateKey, now: datetime, *,
                                   create: bool) -> int | None:
         """Lock the state's row until the transaction ends, creating it (and
         its tenant) first when C{create}.  @return: its id, or None."""
-        params = {"tenant": key.tenant, "path": key.path}
+        params = {"tenant": key.tenant, "path": key.path, "now": now}
         await cursor.execute(statements.LOCK_STATE_ROW, params)
         row = cursor.fetchone()
         if row is None and create:
-            await self._create_state_row_txn(cursor, key, now)
+            await cursor.execute(statements.CREATE_STATE_ROW, params)
             await cursor.execute(statements.LOCK_STATE_ROW, params)
             row = cursor.fetchone()
         return None if row is None else int(row[0])
 
-    async def _create_state_row_txn(self, cursor: Any, key: StateKey, now: datetime) -> None:
-        await cursor.execute(statements.CREATE_STATE_ROW,
-                             {"tenant": key.tenant, "path": key.path, "now": now})
-
     async def _lock_and_candidates_txn(
             self, cursor: Any, state_id: int, serial: int,
-    ) -> tuple[Holder | None, list[StateVersion], list[str | None] | None]:
-        """What a write checks, in one statement, on a state row this
+    ) -> tuple[Holder | None, list[StateVersion]]:
+        """What a large write checks, in one statement, on a state row this
         transaction has locked: the holder of the lock (FOR SHARE: an UNLOCK
-        waits for the write), the versions with C{serial} plus the current
-        one, oldest first (so the current version, if any, is last), and the
-        digests of the state's projection rows (or None)."""
+        waits for the write) and the versions with C{serial} plus the current
+        one, oldest first (so the current version, if any, is last)."""
         await cursor.execute(statements.LOCK_AND_CANDIDATES,
                              {"state": state_id, "serial": serial})
         found = cursor.fetchall()
         return (rows.holder(found[0][:2]),
-                [rows.version(row[3:]) for row in found if row[3] is not None],
-                found[0][2])
+                [rows.version(row[2:]) for row in found if row[2] is not None])
 
     # -- UNLOCK ---------------------------------------------------------
 
@@ -240,33 +285,37 @@ class PostgresStates:
             nothing was held; failing with L{kilolock.errors.LockConflict}
             (409, the holder's bytes) when an owner release names another ID.
         """
-        return self._runner.run_interaction(self._release_txn, key, lock_id, principal,
-                                            event_detail)
 
-    async def _release_txn(self, cursor: Any, key: StateKey, lock_id: str | None,
-                           principal: Principal,
-                           event_detail: Mapping[str, Any] | None) -> HeldLock | None:
-        # The release the rules allow, in one statement: the owner's lock,
-        # or (force) whatever is held.
-        await cursor.execute(statements.RELEASE_LOCK,
-                             {"tenant": key.tenant, "path": key.path, "lock_id": lock_id})
-        row = cursor.fetchone()
-        if row is None:
-            # Nothing released: nothing was held, or (an owner release)
-            # another ID holds the lock, which the rules answer with 409.
-            if lock_id is not None:
-                held = await self._lock_holder_txn(cursor, key)
-                if held is not None:
-                    state_rules.decide_unlock(lock_id, state_rules.holder_of(held))
-            return None
-        released = rows.held_lock(row)
-        decision = state_rules.decide_unlock(lock_id, state_rules.holder_of(released))
-        await append_event_and_commit_txn(cursor, key.tenant, decision.event_kind,
-                                          principal.name, key.path, self._clock(),
-                                          lock_id=released.info.id,
-                                          detail={**lock_detail(released.info, principal),
-                                                  **(event_detail or {})})
-        return released
+        async def release() -> HeldLock | None:
+            # A lock this process took: release it with the info it was taken
+            # with (what the rules allow an owner's UNLOCK) in one call.
+            info = None if lock_id is None else self._held.pop((key, lock_id), None)
+            target, kind = lock_id, LOCK_RELEASE
+            for _attempt in range(_CALL_ATTEMPTS):
+                released, holder_info, acquired_at, holder_principal, holder_digest = \
+                    await self._runner.run_interaction(self._unlock_txn, key, target, info,
+                                                       kind, principal, event_detail)
+                if holder_info is None:
+                    return None  # nothing is held: nothing to release
+                held = rows.held_lock((holder_info, acquired_at, holder_principal,
+                                       holder_digest))
+                if released:
+                    return held
+                decision = state_rules.decide_unlock(lock_id, state_rules.holder_of(held))
+                target, info, kind = held.info.id, held.info.raw, decision.event_kind
+            raise ServiceUnavailable("the lock kept changing hands; retry", retry_after=1)
+
+        return ensureDeferred(release())
+
+    async def _unlock_txn(self, cursor: Any, key: StateKey, lock_id: str | None,
+                          info: bytes | None, kind: str, principal: Principal,
+                          event_detail: Mapping[str, Any] | None) -> Any:
+        detail = {} if info is None else {**lock_detail(LockInfo.from_bytes(info), principal),
+                                          **(event_detail or {})}
+        _, params = event_parameters(key.tenant, kind, principal.name, key.path, self._clock(),
+                                     lock_id=lock_id, detail=detail)
+        await cursor.execute(statements.UNLOCK, {**params, "info": info}, commit=True)
+        return cursor.fetchone()
 
     def get_lock(self, key: StateKey) -> Deferred[HeldLock | None]:
         """@return: a Deferred firing with the L{HeldLock} on C{key} or None."""
@@ -296,6 +345,7 @@ class PostgresStates:
         state_id = await self._lock_state_row_txn(cursor, key, now, create=False)
         if state_id is None:
             raise StateNotFound("no such state")
+        self._snapshots.forget(key)
         # The lock, on the row this transaction has locked (so no lock can
         # be taken until it ends).
         await cursor.execute(statements.HELD_LOCK, (state_id,))

@@ -6,7 +6,8 @@ The store is a composition, each part made with what it needs:
   - L{PostgresStates} (writes, deletes, LOCK, UNLOCK) and L{PostgresReads},
   - L{PostgresEvents} (the audit chain's calls),
   - L{PostgresTenants} (hosted mode), to which L{ITenantStore} is forwarded
-    whole.
+    whole;
+  - L{PostgresTFE} (the TFE lane), to which L{ITFEStore} is forwarded whole.
 
 Below this module, every public method is one transaction run by the
 runner; nothing blocks the reactor thread; nothing logs state bytes, query
@@ -26,6 +27,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.components import proxyForInterface
 from zope.interface import implementer
 
+from kilolock.atrest.versions import VersionCodec
 from kilolock.audit import ChainHead
 from kilolock.interfaces import (
     IHealthCheck,
@@ -60,6 +62,7 @@ from kilolock.store.embedded import EmbeddedPostgres
 from kilolock.store.postgres.dashboard import PostgresDashboard
 from kilolock.store.postgres.dsn import CONNECT_TIMEOUT, STATEMENT_TIMEOUT
 from kilolock.store.postgres.events import PostgresEvents
+from kilolock.store.postgres.large import LARGE_UPLOAD_BYTES
 from kilolock.store.postgres.oidc_policies import PostgresOidcPolicies
 from kilolock.store.postgres.reads import PostgresReads
 from kilolock.store.postgres.runner import (
@@ -71,12 +74,16 @@ from kilolock.store.postgres.runner import (
 from kilolock.store.postgres.statements import PREPARE_STATEMENTS
 from kilolock.store.postgres.states import PostgresStates
 from kilolock.store.postgres.tenants import PostgresTenants
+from kilolock.store.postgres.tfe import PostgresTFE
+from kilolock.tfe.interfaces import ITFEStore
 
 __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
 
 
-@implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, IHealthCheck)
-class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: ignore[misc]
+@implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore,
+             IHealthCheck)
+class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
+                         proxyForInterface(ITFEStore, "tfe")):  # type: ignore[misc]
     """States, versions, locks, projection rows, audit events and tenants in
     PostgreSQL.  L{ITenantStore} is forwarded whole to L{tenants} (Twisted's
     C{proxyForInterface}: mypy cannot follow a base class made at run time);
@@ -91,6 +98,7 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
     @ivar runner: the L{TransactionRunner} every part runs its transactions on.
     @ivar tenants: the L{PostgresTenants}.
     @ivar oidc_policies: the L{PostgresOidcPolicies} (L{IOidcPolicyStore}).
+    @ivar tfe: the L{PostgresTFE}.
     """
 
     def __init__(self, database_url: str | None, reactor: Any, *,
@@ -106,12 +114,16 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants")):  # type: i
             pool_size=pool_size, connect_timeout=connect_timeout,
             statement_timeout=statement_timeout, operation_timeout=operation_timeout,
             prepare_sql=PREPARE_STATEMENTS if prepared_statements else None), embedded=embedded)
-        self._states = PostgresStates(self.runner, clock)
-        self._reads = PostgresReads(self.runner)
+        #: Compresses and decodes version payloads (plaintext: no key provider).
+        self.codec = VersionCodec(None, run_large=self.runner.in_thread,
+                                  large_size=LARGE_UPLOAD_BYTES)
+        self._states = PostgresStates(self.runner, clock, self.codec)
+        self._reads = PostgresReads(self.runner, self.codec)
         self._events = PostgresEvents(self.runner, clock)
         self._dashboard = PostgresDashboard(self.runner)
         self.tenants = PostgresTenants(self.runner, clock)
         self.oidc_policies = PostgresOidcPolicies(self.runner, clock)
+        self.tfe = PostgresTFE(self.runner, clock)
 
     @classmethod
     def embedded(cls, server: EmbeddedPostgres, reactor: Any,

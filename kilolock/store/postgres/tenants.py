@@ -3,10 +3,12 @@
 L{kilolock.store.postgres.store.PostgresStateStore} holds a
 L{PostgresTenants} made with its transaction runner and clock, and forwards
 L{ITenantStore} to it.  Every public method is one transaction; every
-mutation first locks its tenant's row (C{FOR UPDATE}), which serialises the
-control-plane changes of one tenant (the event it appends would lock that
-row anyway: taking it first avoids deadlocks), and appends its event
-(L{append_event_txn}) before committing.  The SQL stands beside its use.
+mutation locks its tenant's row (C{FOR UPDATE}), which serialises the
+control-plane changes of one tenant, and appends its event
+(L{append_event_txn}) before committing.  The tenant's row holds the audit
+chain's head, which comes last in the lock order of every mutation
+(C{006_write_path.sql}): a mutation that also locks states (deleting a
+tenant) locks them before the tenant's row.  The SQL stands beside its use.
 
 Uniqueness is the database's: slugs of live tenants, workspace names per
 tenant, environment names per workspace and live token names per tenant are
@@ -23,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from attrs import evolve
+from psycopg2.extensions import TransactionRollbackError
 from twisted.internet.defer import Deferred, fail
 from zope.interface import implementer
 
@@ -130,15 +133,16 @@ class PostgresTenants:
     def delete_tenant(self, tenant: str, actor: Principal,
                       delete_states: bool = False) -> Deferred[TenantDeletion]:
         async def delete(cursor: Any) -> TenantDeletion:
+            # The lock order of every mutation (006_write_path.sql): the
+            # state rows first (which keeps LOCKs and writes out until the
+            # commit), the tenant's row after them.  A state created in
+            # between is found by the second look: then the whole
+            # transaction is tried again.
+            states = await self._tenant_states_txn(cursor, await self._known_tenant_txn(
+                cursor, tenant))
             found = await self._live_tenant_txn(cursor, tenant)
-            # Locking the state rows keeps LOCKs out until the commit.
-            await cursor.execute(
-                "SELECT s.id, s.path, l.state_id IS NOT NULL,"
-                " (SELECT count(*) FROM state_versions v WHERE v.state_id = s.id)"
-                " FROM states s LEFT JOIN locks l ON l.state_id = s.id"
-                ' WHERE s.tenant_id = %s ORDER BY s.path COLLATE "C" FOR UPDATE OF s',
-                (found.id,))
-            states = cursor.fetchall()
+            if await self._tenant_states_txn(cursor, found) != states:
+                raise TransactionRollbackError("a state was created meanwhile")
             hosted.check_tenant_deletable(
                 len(states), [path for _, path, is_locked, _ in states if is_locked],
                 delete_states)
@@ -423,6 +427,17 @@ FROM api_tokens t WHERE t.id = (SELECT id FROM found)
         if found is None:
             raise TenantNotFound("no such tenant")
         return found
+
+    async def _tenant_states_txn(self, cursor: Any, found: Tenant) -> list[Any]:
+        """The tenant's states (id, path, locked, versions), their rows
+        locked, in path order."""
+        await cursor.execute(
+            "SELECT s.id, s.path, l.state_id IS NOT NULL,"
+            " (SELECT count(*) FROM state_versions v WHERE v.state_id = s.id)"
+            " FROM states s LEFT JOIN locks l ON l.state_id = s.id"
+            ' WHERE s.tenant_id = %s ORDER BY s.path COLLATE "C" FOR UPDATE OF s',
+            (found.id,))
+        return list(cursor.fetchall())
 
     async def _live_tenant_txn(self, cursor: Any, tenant: str) -> Tenant:
         """The live tenant, its row locked until the transaction ends."""

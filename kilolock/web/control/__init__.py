@@ -27,6 +27,9 @@ field of a body or query names it (C{"field"}).  HEAD is not answered.
   GET     /v1/api/tenants/{tenant}/oidc-policy
   PUT     /v1/api/tenants/{tenant}/oidc-policy         the policy document (JSON)
   DELETE  /v1/api/tenants/{tenant}/oidc-policy
+  GET     /v1/api/tenants/{tenant}/terraform-workspaces?environment=[&workspace=]
+  POST    /v1/api/tenants/{tenant}/terraform-workspaces
+          {"name", "environment", "workspace"?, "tags"?}
   GET     /v1/api/tenants/{tenant}/events[?state=&kind=&since=&until=]
   GET     /v1/api/tenants/{tenant}/events/verify[?head=SEQ:HASH]
 

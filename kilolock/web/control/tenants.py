@@ -7,6 +7,7 @@ audit trail.
       workspaces                       L{kilolock.web.control.workspaces}
       tokens                           L{kilolock.web.control.tokens}
       oidc-policy                      L{kilolock.web.control.oidc}
+      terraform-workspaces             L{kilolock.web.control.terraform_workspaces}
       events                           L{TenantEventsResource}
         verify                         L{TenantChainResource} (?head=SEQ:HASH)
 """
@@ -31,6 +32,7 @@ from kilolock.web.control.api import (
 )
 from kilolock.web.control.documents import tenant_document, workspace_document
 from kilolock.web.control.oidc import OidcPolicyResource
+from kilolock.web.control.terraform_workspaces import TerraformWorkspacesResource
 from kilolock.web.control.tokens import TokensResource
 from kilolock.web.control.workspaces import WorkspacesResource
 from kilolock.web.documents import event_document, json_response, lock_document
@@ -79,6 +81,7 @@ class TenantResource(ControlResource):
         self.putChild(b"workspaces", WorkspacesResource(api, tenant))
         self.putChild(b"tokens", TokensResource(api, tenant))
         self.putChild(b"oidc-policy", OidcPolicyResource(api, tenant))
+        self.putChild(b"terraform-workspaces", TerraformWorkspacesResource(api, tenant))
         self.putChild(b"events", TenantEventsResource(api, tenant))
 
     @render_async

@@ -4,7 +4,9 @@
     {token_id}                                L{TokenResource}
 
 A new token's secret is answered once, with the backend block (or, for a
-read token, the remote-state block) that uses it.
+read token, the remote-state block) that uses it; an outputs-only token
+(scope C{outputs}) reads TFE workspaces and non-sensitive outputs only
+(docs/tfe-lane.md), so it comes with neither.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ class TokensResource(ControlResource):
             "username": token.workspace_id,
             "state_address": hosted.state_address(*where),
             "unlock_address": hosted.unlock_address(*where),
-            "remote_state_block": hosted.remote_state_block(*where),
         }
+        if token.scope != hosted.OUTPUTS_SCOPE:  # outputs-only tokens read no state
+            document["remote_state_block"] = hosted.remote_state_block(*where)
         if token.scope == hosted.WRITE_SCOPE:
             document["backend_block"] = hosted.backend_block(*where)
         return json_response(document, 201)

@@ -1,4 +1,4 @@
--- Kilolock schema version 6: a resource type of any length can be stored.
+-- Kilolock schema version 8: a resource type of any length can be stored.
 --
 -- A btree index entry holds at most about 2.7 kB, so a state with a longer
 -- resource type (a few kB of incompressible text) failed to write with
