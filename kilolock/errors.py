@@ -53,6 +53,9 @@ class InvalidText(BadRequest):
         super().__init__(message)
         self.code = rule  # type: ignore[misc]  # the rule is this error's code
         self.field = field
+        #: The JSON pointer of the value at fault in a document, when known
+        #: (the TFE lane answers it as the error's C{source}).
+        self.pointer: str | None = None
 
     def details(self) -> dict[str, str]:
         return {} if self.field is None else {"field": self.field}

@@ -260,29 +260,36 @@ def check_document(document: Any, what: str, field: str | None = None) -> None:
     """Check a decoded document: its depth, its numbers, every string (keys
     included).  Iterative: no document is too deep to be checked.  An error
     inside a member of a top-level object names that member as its field
-    (else C{field}).
+    (else C{field}), and the value at fault by its JSON pointer
+    (C{/data/attributes/name}).
 
     @raise InvalidText: naming the first rule broken.
     """
-    stack: list[tuple[Any, int, str | None]] = [(document, 0, field)]
+    stack: list[tuple[Any, int, str | None, tuple[str, ...]]] = [(document, 0, field, ())]
     while stack:
-        node, depth, at = stack.pop()
-        if isinstance(node, str):
-            check_text(node, f"a string in {what}", at)
-        elif isinstance(node, float):
-            if not math.isfinite(node):
-                raise InvalidText(NOT_FINITE, f"{what} holds a number beyond the range of a"
-                                              " double (such as 1e400)", at)
-        elif isinstance(node, dict | list):
-            if depth >= MAX_JSON_DEPTH:
-                raise _too_deep(what, at)
-            if isinstance(node, dict):
-                for key, value in node.items():
-                    check_text(key, f"a key in {what}", at)
-                    member = key if depth == 0 and text_problem(key) is None else at
-                    stack.append((value, depth + 1, member))
-            else:
-                stack.extend((item, depth + 1, at) for item in node)
+        node, depth, at, path = stack.pop()
+        try:
+            if isinstance(node, str):
+                check_text(node, f"a string in {what}", at)
+            elif isinstance(node, float):
+                if not math.isfinite(node):
+                    raise InvalidText(NOT_FINITE, f"{what} holds a number beyond the range of"
+                                                  " a double (such as 1e400)", at)
+            elif isinstance(node, dict | list):
+                if depth >= MAX_JSON_DEPTH:
+                    raise _too_deep(what, at)
+                if isinstance(node, dict):
+                    for key, value in node.items():
+                        check_text(key, f"a key in {what}", at)
+                        member = key if depth == 0 else at
+                        stack.append((value, depth + 1, member, (*path, key)))
+                else:
+                    stack.extend((item, depth + 1, at, (*path, str(index)))
+                                 for index, item in enumerate(node))
+        except InvalidText as error:
+            error.pointer = "".join("/" + step.replace("~", "~0").replace("/", "~1")
+                                    for step in path)
+            raise
 
 
 def _float_or_text(text: str) -> float | str:
