@@ -18,6 +18,7 @@ from twisted.application.service import IService, MultiService, Service
 from twisted.application.strports import service as endpoint_service
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.endpoints import serverFromString
+from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStreamServerEndpoint
 from twisted.logger import Logger
 from twisted.python import usage
@@ -398,6 +399,30 @@ class KilolockService(MultiService):
     @property
     def store(self) -> IStateStore:
         return self.store_service.store
+
+    _bound = False
+
+    def privilegedStartService(self) -> None:
+        """Bind the listeners, before the store starts (twistd calls this
+        first; under C{twist}, L{startService} does).  A port that cannot be
+        had -- another process on it, a privileged port -- stops the server
+        with one log line that says so and exit status 1, not a traceback."""
+        try:
+            super().privilegedStartService()
+            self._bound = True
+        except CannotListenError as error:
+            reason = getattr(error.socketError, "strerror", None) or str(error.socketError)
+            # Exits with status 1, the message on stderr (twistd logs it):
+            # logging is not set up yet under `twist`.
+            raise SystemExit(
+                f"kilolock: cannot listen on {error.interface or 'any'}:{error.port}: {reason};"
+                " stop what uses that port or choose another one (--listen / KL_LISTEN,"
+                " --control-listen / KL_CONTROL_LISTEN)") from None
+
+    def startService(self) -> None:
+        if not self._bound:
+            self.privilegedStartService()
+        super().startService()
 
     def stopService(self) -> Deferred[None]:
         Service.stopService(self)

@@ -5,6 +5,7 @@
     resources                 L{ResourceSearchResource}
     events                    L{EventListResource}
       verify                  L{EventVerifyResource}
+      head                    L{EventHeadResource}
 
 Each list answers with a trailing slash too (C{/v1/native/states/}).
 """
