@@ -28,6 +28,9 @@ class Metrics:
     database_up: Gauge
     database_connections: Gauge
     in_flight: Gauge
+    refusals: Counter
+    large_body_bytes: Gauge
+    large_bodies_waiting: Gauge
 
     @classmethod
     def create(cls) -> Metrics:
@@ -60,4 +63,16 @@ class Metrics:
                 ["state"], registry=registry),
             in_flight=Gauge("kilolock_http_requests_in_flight",
                             "Requests being processed", registry=registry),
+            refusals=Counter("kilolock_http_refusals",
+                             "Requests and connections refused at the edge of a listener,"
+                             " by reason (the JSON error code)", ["listener", "reason"],
+                             registry=registry),
+            large_body_bytes=Gauge(
+                "kilolock_large_body_bytes",
+                "Bytes of large request bodies in the budgets: stage=admitted (arriving,"
+                " waiting or processing) or processing", ["stage"], registry=registry),
+            large_bodies_waiting=Gauge(
+                "kilolock_large_bodies_waiting",
+                "Large request bodies received and waiting for the parse budget",
+                registry=registry),
         )

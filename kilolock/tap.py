@@ -18,6 +18,7 @@ from twisted.application.service import IService, MultiService, Service
 from twisted.application.strports import service as endpoint_service
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.endpoints import serverFromString
+from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStreamServerEndpoint
 from twisted.logger import Logger
 from twisted.python import usage
@@ -31,6 +32,7 @@ from kilolock.auth import (
     build_portal,
 )
 from kilolock.interfaces import IStateStore, ITenantStore
+from kilolock.listening import with_backlog
 from kilolock.metrics import Metrics
 from kilolock.oidc.grace import DEFAULT_GRACE, MAX_GRACE
 from kilolock.oidc_auth import oidc_checker
@@ -42,6 +44,7 @@ from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
 from kilolock.web.control import MAX_CONTROL_BODY_BYTES
 from kilolock.web.control.api import ControlAPI
 from kilolock.web.control.tree import ControlSite, build_control_root
+from kilolock.web.edge import DEFAULT_LIMITS, EdgeLimits, edge_limits, option_parameters
 from kilolock.web.forwarded import parse_networks
 from kilolock.web.native.options import NativeOptions
 from kilolock.web.site import KilolockSite, build_root
@@ -89,6 +92,8 @@ class Settings:
     #: A PEM file of CAs: the C{ssl:} state lane then requires a client
     #: certificate signed by one of them (mTLS).
     tls_client_ca: str | None = None
+    #: The limits at the edge of every listener (L{kilolock.web.edge}).
+    edge: EdgeLimits = DEFAULT_LIMITS
     #: The dashboard at /ui/ ("on") or not ("off"), and how long its
     #: sessions last.
     ui: str = "on"
@@ -142,6 +147,7 @@ class Settings:
             control_token=environ.get("KL_CONTROL_TOKEN", ""),
             public_url=pick("public-url", "KL_PUBLIC_URL", None),
             tls_client_ca=pick("tls-client-ca", "KL_TLS_CLIENT_CA", None),
+            edge=_edge_limits(lambda option, env: pick(option, env, None)),
             ui=pick("ui", "KL_UI", "on"),
             ui_session_seconds=_number(float, "KL_UI_SESSION_SECONDS", pick(
                 "ui-session-seconds", "KL_UI_SESSION_SECONDS", DEFAULT_SESSION_SECONDS)),
@@ -173,6 +179,10 @@ class Settings:
                 raise usage.UsageError(f"{name} must be a positive number of seconds")
         if self.shutdown_grace < 0:
             raise usage.UsageError("KL_SHUTDOWN_GRACE must not be negative")
+        try:
+            self.edge.check()
+        except ValueError as error:
+            raise usage.UsageError(str(error)) from None
         if self.prepared_statements not in ("on", "off"):
             raise usage.UsageError("--prepared-statements must be on or off")
         if self.ui not in ("on", "off"):
@@ -259,6 +269,7 @@ class Options(usage.Options):
         ["tls-client-ca", None, None,
          "PEM file of CAs: the ssl: --listen endpoint then requires a client certificate"
          " signed by one of them [KL_TLS_CLIENT_CA]"],
+        *option_parameters(),
         ["ui", None, None, "on or off: the dashboard at /ui/ [KL_UI, default on]"],
         ["ui-session-seconds", None, None, "seconds a dashboard session lasts from sign-in"
          f" [KL_UI_SESSION_SECONDS, default {DEFAULT_SESSION_SECONDS}]"],
@@ -287,6 +298,13 @@ class Options(usage.Options):
             # twistd builds its log observer from its --logger option after
             # the plugin's options are parsed: hand it the JSON observer.
             self.parent["logger"] = "kilolock.logs.json_log_observer"
+
+
+def _edge_limits(pick: Callable[[str, str], Any]) -> EdgeLimits:
+    try:
+        return edge_limits(pick)
+    except ValueError as error:
+        raise usage.UsageError(str(error)) from None
 
 
 def _number(kind: type[Any], name: str, value: Any) -> Any:
@@ -389,6 +407,30 @@ class KilolockService(MultiService):
     def store(self) -> IStateStore:
         return self.store_service.store
 
+    _bound = False
+
+    def privilegedStartService(self) -> None:
+        """Bind the listeners, before the store starts (twistd calls this
+        first; under C{twist}, L{startService} does).  A port that cannot be
+        had -- another process on it, a privileged port -- stops the server
+        with one log line that says so and exit status 1, not a traceback."""
+        try:
+            super().privilegedStartService()
+            self._bound = True
+        except CannotListenError as error:
+            reason = getattr(error.socketError, "strerror", None) or str(error.socketError)
+            # Exits with status 1, the message on stderr (twistd logs it):
+            # logging is not set up yet under `twist`.
+            raise SystemExit(
+                f"kilolock: cannot listen on {error.interface or 'any'}:{error.port}: {reason};"
+                " stop what uses that port or choose another one (--listen / KL_LISTEN,"
+                " --control-listen / KL_CONTROL_LISTEN)") from None
+
+    def startService(self) -> None:
+        if not self._bound:
+            self.privilegedStartService()
+        super().startService()
+
     def stopService(self) -> Deferred[None]:
         Service.stopService(self)
         stopping: Deferred[Any] = maybeDeferred(self.web_service.stopService)
@@ -433,7 +475,8 @@ class HostedListeners(MultiService):
     C{--control-listen})."""
 
     def __init__(self, state: IService, settings: Settings, store: IStateStore,
-                 reactor: Any, state_listening: ListeningEndpoint | None = None) -> None:
+                 reactor: Any, state_listening: ListeningEndpoint | None = None,
+                 refusals: Any = None) -> None:
         super().__init__()
         self.settings = settings
         self.state = state
@@ -443,8 +486,11 @@ class HostedListeners(MultiService):
             build_control_root(api), max_body_bytes=MAX_CONTROL_BODY_BYTES,
             request_timeout=settings.request_timeout,
             trusted_proxies=parse_networks(settings.trusted_proxies),
+            edge=settings.edge, listener="control", refusals=refusals,
             timeout=settings.idle_timeout, reactor=reactor)
-        control = endpoint_service(settings.control_listen, self.control_site, reactor=reactor)
+        control = endpoint_service(
+            with_backlog(settings.control_listen, settings.edge.listen_backlog),
+            self.control_site, reactor=reactor)
         #: The control API's listening port, once listening.
         self.control_listening = keeping_port(control)
         self.control: IService = control
@@ -505,17 +551,20 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
         request_timeout=settings.request_timeout,
         trusted_proxies=parse_networks(settings.trusted_proxies),
         metrics=metrics,
+        edge=settings.edge,
         timeout=settings.idle_timeout,
         reactor=reactor,
     )
-    listener = (endpoint_service(settings.listen, site, reactor=reactor)
+    listen = with_backlog(settings.listen, settings.edge.listen_backlog)
+    listener = (endpoint_service(listen, site, reactor=reactor)
                 if settings.tls_client_ca is None
-                else mtls_service(reactor, settings.listen, settings.tls_client_ca, site))
+                else mtls_service(reactor, listen, settings.tls_client_ca, site))
     listening = keeping_port(listener)
     web: IService = listener
     sites = [site]
     if settings.auth_mode == "database":
-        hosted = HostedListeners(listener, settings, store, reactor, listening)
+        hosted = HostedListeners(listener, settings, store, reactor, listening,
+                                 refusals=metrics.refusals)
         sites.append(hosted.control_site)
         web = hosted
     return KilolockService(StoreService(store), web, site, settings.shutdown_grace, reactor,

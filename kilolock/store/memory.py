@@ -21,6 +21,8 @@ from zope.interface import implementer
 from kilolock import state_rules
 from kilolock.audit import (
     GENESIS,
+    GENESIS_HEAD,
+    ChainHead,
     delete_detail,
     event_hash,
     lock_detail,
@@ -117,6 +119,9 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
     clock: Callable[[], datetime] = utcnow
     _states: dict[StateKey, StoredState] = field(factory=dict, init=False)
     _events: dict[str, list[AuditEvent]] = field(factory=dict, init=False)
+    #: Each tenant's chain head, kept apart from its events (a test that
+    #: drops the newest events from the chain leaves it behind).
+    _heads: dict[str, ChainHead] = field(factory=dict, init=False)
     _sessions: dict[str, UiSession] = field(factory=dict, init=False)
     tenants: MemoryTenants = field(init=False)
     oidc_policies: MemoryOidcPolicies = field(init=False)
@@ -151,6 +156,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
         """Forget everything (used between tests of Terraform modules)."""
         self._states.clear()
         self._events.clear()
+        self._heads.clear()
         self._sessions.clear()
         self.tenants.forget()
         self.oidc_policies.forget()
@@ -391,6 +397,9 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
         return succeed(self._append_event(tenant, kind, principal, state_path, self.clock(),
                                           detail=detail or {}))
 
+    def chain_head(self, tenant: str) -> Deferred[ChainHead]:
+        return succeed(self._heads.get(tenant, GENESIS_HEAD))
+
     # -- the dashboard's sessions ----------------------------------------
 
     def create_session(self, session: UiSession) -> Deferred[None]:
@@ -438,4 +447,5 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
         )
         event = evolve(event, hash=event_hash(event))
         chain.append(event)
+        self._heads[tenant] = ChainHead(event.seq, event.hash)
         return event

@@ -1,5 +1,5 @@
 """Operations, upload sessions and content addresses in PostgreSQL
-(C{008_state_operations.sql}): the L{IStateOperationsStore} methods but
+(C{009_state_operations.sql}): the L{IStateOperationsStore} methods but
 L{write_states} (L{kilolock.store.postgres.multi_write}).
 
 Every lookup of a handle filters on its owner's tenant and principal, so a

@@ -28,6 +28,7 @@ from twisted.python.components import proxyForInterface
 from zope.interface import implementer
 
 from kilolock.atrest.versions import VersionCodec
+from kilolock.audit import ChainHead
 from kilolock.interfaces import (
     IHealthCheck,
     IOidcPolicyStore,
@@ -247,6 +248,9 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
                      state_path: str | None = None,
                      detail: dict[str, Any] | None = None) -> Deferred[AuditEvent]:
         return self._events.record_event(tenant, kind, principal, state_path, detail)
+
+    def chain_head(self, tenant: str) -> Deferred[ChainHead]:
+        return self._events.chain_head(tenant)
 
     # -- OIDC policies: PostgresOidcPolicies ------------------------------
 

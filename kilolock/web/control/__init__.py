@@ -31,7 +31,7 @@ field of a body or query names it (C{"field"}).  HEAD is not answered.
   POST    /v1/api/tenants/{tenant}/terraform-workspaces
           {"name", "environment", "workspace"?, "tags"?}
   GET     /v1/api/tenants/{tenant}/events[?state=&kind=&since=&until=]
-  GET     /v1/api/tenants/{tenant}/events/verify
+  GET     /v1/api/tenants/{tenant}/events/verify[?head=SEQ:HASH]
 
 C{{tenant}} is a live tenant's slug or any tenant's id (C{tn_...}: deleted
 tenants stay readable, their audit trail above all); C{{ws}} and C{{env}} are

@@ -4,7 +4,6 @@ restores one as a new version."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from twisted.web.resource import Resource
@@ -13,6 +12,7 @@ from twisted.web.server import Request
 from kilolock.errors import BadRequest, LockConflict, NotFound, VersionNotFound
 from kilolock.model import STATE_OPERATION, STATE_ROLLBACK, STATE_WRITE, AuditEvent, StateUpload
 from kilolock.statediff import diff_states, output_document, outputs_of, restore_body
+from kilolock.text_rules import MAX_WHOLE_NUMBER, NotJSON, load_json, whole_number
 from kilolock.web._base import JSON, Branch, Response, render_async
 from kilolock.web.body import in_thread_if_large, prepare_upload, read_body
 from kilolock.web.documents import NO_STORE, json_response
@@ -30,10 +30,11 @@ class VersionListResource(StateSubresource):
     route = BASE_PATH + "/states/{state}/-/versions"
 
     def child(self, segment: str) -> Resource:
-        if not segment.isdigit() or int(segment) < 1:
+        number = whole_number(segment)
+        if number is None or number < 1:
             return Branch(NotFound("version numbers are whole numbers from 1"),
                           child=lambda _: no_route())
-        return VersionResource(self.lane, self.segments, int(segment))
+        return VersionResource(self.lane, self.segments, number)
 
     @render_async
     async def render_GET(self, request: Request) -> Response:
@@ -160,7 +161,7 @@ class RollbackResource(StateSubresource):
                 key, upload, lock_id, principal, event_kind=STATE_ROLLBACK,
                 event_detail={"restored_version": number})
         except LockConflict as error:
-            return locked_response(error, self.metrics)
+            return locked_response(error, self.metrics, await self.lane.store.get_lock(key))
         self.lane.count_write(outcome)
         return json_response({"state": key.path, "restoredFrom": number,
                               "version": version_document(outcome.version, current=True)})
@@ -170,14 +171,17 @@ def rollback_version(body: bytes) -> int:
     """The version number a rollback body names.
 
     @raise BadRequest: unless the body is C{{"version": n}} with n >= 1.
+    @raise InvalidText: the body breaks a text rule (L{kilolock.text_rules}).
     """
     document: Any
     try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        document = load_json(body, "the rollback body")
+    except NotJSON:
         document = None
     number = document.get("version") if isinstance(document, dict) else None
     if not isinstance(number, int) or isinstance(number, bool) or number < 1:
         raise BadRequest('the body must be {"version": N}: the number of the version to'
                          " restore (see /-/versions)")
+    if number > MAX_WHOLE_NUMBER:
+        raise VersionNotFound(f"the state has no version above {MAX_WHOLE_NUMBER}")
     return number

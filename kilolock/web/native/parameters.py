@@ -11,6 +11,7 @@ from twisted.web.server import Request
 from kilolock.errors import BadRequest, InvalidField, InvalidPath
 from kilolock.model import Principal, ResourceQuery, StateKey
 from kilolock.scope import state_key
+from kilolock.text_rules import MAX_WHOLE_NUMBER, whole_number
 from kilolock.web.paths import state_segments
 from kilolock.web.query import plain_error, query_time, query_value
 
@@ -29,11 +30,11 @@ def number_arg(request: Request, name: str, minimum: int = 1,
     text = text_arg(request, name)
     if text is None or text == "":
         return None
-    if not text.isdigit() or int(text) < minimum or (maximum is not None
-                                                     and int(text) > maximum):
-        bound = f" and {maximum}" if maximum is not None else ""
-        raise BadRequest(f"{name} must be a whole number, at least {minimum}{bound}")
-    return int(text)
+    number = whole_number(text)
+    top = MAX_WHOLE_NUMBER if maximum is None else maximum
+    if number is None or not minimum <= number <= top:
+        raise BadRequest(f"{name} must be a whole number from {minimum} to {top}")
+    return number
 
 
 def time_arg(request: Request, name: str) -> datetime | None:

@@ -5,6 +5,7 @@
     resources                 L{ResourceSearchResource}
     events                    L{EventListResource}
       verify                  L{EventVerifyResource}
+      head                    L{EventHeadResource}
     operations                L{OperationListResource}; an operation below
     uploads                   L{UploadListResource}; an upload session below
     blobs                     L{BlobListResource}; version bytes by digest below

@@ -1,4 +1,4 @@
--- Kilolock schema version 8: the KL-native lane's write side -- server-side
+-- Kilolock schema version 9: the KL-native lane's write side -- server-side
 -- state operations and upload sessions -- and finding versions by digest.
 --
 -- Applied by kilolock.store.schema.ensure_schema(); never edit a released
