@@ -247,3 +247,23 @@ def test_bad_offsets(query: str) -> None:
     session = open_session(site, MONOLITH)
     reply = site.request("PUT", f"{NATIVE}/uploads/{session['id']}?{query}", b"x")
     assert reply.status == 400
+
+
+def test_a_commit_takes_its_place_in_the_upload_budgets() -> None:
+    """A large commit counts in the listener's body budget like a POST of its
+    size: past it, 503 uploads_over_budget with Retry-After and nothing
+    stored; once the budget has room, the same commit is stored."""
+    site = NativeSite()
+    budget = site.site.site.budget
+    budget.large_body_bytes, budget.body_budget = 1000, len(MONOLITH) + 10
+    session = open_session(site, MONOLITH)
+    put(site, session["id"], 0, MONOLITH)
+    other = budget.admit(500)
+    assert other is not None
+    refused = commit(site, session["id"])
+    assert (refused.status, refused.json()["error"]["code"]) == (503, "uploads_over_budget")
+    assert refused.header(b"retry-after") is not None
+    assert site.current("big") is None
+    budget.release(other)
+    assert commit(site, session["id"]).status == 200
+    assert site.current("big") == MONOLITH and budget.admitted == []

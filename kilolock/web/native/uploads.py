@@ -23,10 +23,12 @@ chunk.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import re
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -34,7 +36,14 @@ from twisted.web.resource import Resource
 from twisted.web.server import Request
 
 from kilolock.audit import client_version_detail
-from kilolock.errors import BadRequest, Conflict, InvalidField, LockConflict, PayloadTooLarge
+from kilolock.errors import (
+    BadRequest,
+    Conflict,
+    InvalidField,
+    LockConflict,
+    PayloadTooLarge,
+    ServiceUnavailable,
+)
 from kilolock.model import Principal, StateKey, rfc3339
 from kilolock.stateops import chunks
 from kilolock.stateops.interfaces import IStateOperationsStore
@@ -103,6 +112,33 @@ def _declaration(body: bytes, limit: int) -> tuple[str, int, str]:
     if not isinstance(digest, str) or not _SHA256.match(digest):
         raise InvalidField("sha256", "sha256 must be 64 lowercase hexadecimal digits")
     return state, size, digest
+
+
+class UploadsOverBudget(ServiceUnavailable):
+    code = "uploads_over_budget"
+
+
+@contextlib.asynccontextmanager
+async def _within_budget(request: Request, size: int) -> AsyncIterator[None]:
+    """Hold a place of C{size} bytes in the listener's body and parse budgets
+    (L{kilolock.web.admission}) while a committed state is read, parsed and
+    written, as a POST of that size would: 503 with C{Retry-After} when it
+    is past the body budget, a wait for the parse budget's turn."""
+    budget = getattr(getattr(request.channel, "site", None), "budget", None)
+    if budget is None or size < budget.large_body_bytes:
+        yield
+        return
+    admission = budget.admit(size)
+    if admission is None:
+        retry_after = budget.refuse(size)
+        raise UploadsOverBudget("too many large uploads are in progress; retry after"
+                                f" {retry_after} s (KL_BODY_BUDGET_BYTES)",
+                                retry_after=retry_after)
+    try:
+        await budget.process(admission)
+        yield
+    finally:
+        budget.release(admission)
 
 
 def _body_length(request: Request) -> int:
@@ -212,6 +248,11 @@ class UploadResource(NativeResource):
         if not session.complete:
             raise UploadIncomplete("the upload session has not received every byte yet;"
                                    " GET it to see what is missing")
+        async with _within_budget(request, session.size):
+            return await self._commit(request, principal, key, session)
+
+    async def _commit(self, request: Request, principal: Principal, key: StateKey,
+                      session: UploadSession) -> Response:
         owner, now = Owner.of(principal), self.options.now()
         raw = await self.store.upload_bytes(owner, self.upload_id, now)
         if raw is None:
