@@ -343,6 +343,9 @@ LOCK_FORCE_RELEASE = "lock_force_release"
 
 #: Event kind of a rollback: an older version restored as a new one.
 STATE_ROLLBACK = "state_rollback"
+#: Event kind of a version written by a state operation (issue 18:
+#: C{kl state mv/rm/split/import}); its detail names the operation.
+STATE_OPERATION = "state_operation"
 
 
 @frozen

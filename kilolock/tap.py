@@ -37,6 +37,7 @@ from kilolock.metrics import Metrics
 from kilolock.oidc.grace import DEFAULT_GRACE, MAX_GRACE
 from kilolock.oidc_auth import oidc_checker
 from kilolock.oidc_settings import check_oidc_settings, oidc_policy_source
+from kilolock.stateops.runner import OperationRunner, pause_while_file_exists
 from kilolock.store.memory import MemoryStateStore
 from kilolock.tls import check_client_ca, mtls_service
 from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
@@ -45,6 +46,7 @@ from kilolock.web.control.api import ControlAPI
 from kilolock.web.control.tree import ControlSite, build_control_root
 from kilolock.web.edge import DEFAULT_LIMITS, EdgeLimits, edge_limits, option_parameters
 from kilolock.web.forwarded import parse_networks
+from kilolock.web.native.options import NativeOptions
 from kilolock.web.site import KilolockSite, build_root
 from kilolock.web.ui.sessions import DEFAULT_SESSION_SECONDS
 from kilolock.web.ui.tree import UiOptions
@@ -103,6 +105,10 @@ class Settings:
     #: For Kilolock's own tests only: a file holding the time CI tokens are
     #: verified at (KL_TESTING_OIDC_CLOCK_FILE, no command-line option).
     testing_oidc_clock_file: str | None = None
+    #: For Kilolock's own tests only: while this file exists, state
+    #: operations wait before their write, holding their locks
+    #: (KL_TESTING_OPERATION_PAUSE_FILE, no command-line option).
+    testing_operation_pause_file: str | None = None
 
     @classmethod
     def from_sources(cls, options: Mapping[str, Any],
@@ -149,6 +155,7 @@ class Settings:
             oidc_lock_grace=_number(float, "KL_OIDC_LOCK_GRACE", pick(
                 "oidc-lock-grace", "KL_OIDC_LOCK_GRACE", DEFAULT_GRACE)),
             testing_oidc_clock_file=environ.get("KL_TESTING_OIDC_CLOCK_FILE") or None,
+            testing_operation_pause_file=environ.get("KL_TESTING_OPERATION_PAUSE_FILE") or None,
         )
         settings.check()
         return settings
@@ -513,6 +520,15 @@ class HostedListeners(MultiService):
         return int(found.group(1)) if found else None
 
 
+def native_options(settings: Settings, store: IStateStore, reactor: Any) -> NativeOptions:
+    """The native API's write side: operations run by this process, upload
+    sessions up to the body limit."""
+    pause = (None if settings.testing_operation_pause_file is None
+             else pause_while_file_exists(settings.testing_operation_pause_file, reactor))
+    return NativeOptions(runner=OperationRunner(store, reactor, pause=pause),
+                         max_state_bytes=settings.max_body_bytes)
+
+
 def make_service_from_settings(settings: Settings, reactor: Any = None,
                                store: IStateStore | None = None) -> KilolockService:
     """The whole server: the store service, then the HTTP listener."""
@@ -529,7 +545,8 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
                    ui=None if settings.ui == "off" else UiOptions(
                        static_token=settings.auth_token,
                        session_seconds=settings.ui_session_seconds),
-                   public_url=settings.public_url),
+                   public_url=settings.public_url,
+                   native=native_options(settings, store, reactor)),
         max_body_bytes=settings.max_body_bytes,
         request_timeout=settings.request_timeout,
         trusted_proxies=parse_networks(settings.trusted_proxies),

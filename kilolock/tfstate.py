@@ -42,7 +42,8 @@ from kilolock.tfstate_json import clean_text, is_json_integer, json_kind
 from kilolock.tfstate_projection import StreamedResources, project_state
 from kilolock.tfstate_redaction import REDACTED
 
-__all__ = ["PIECEWISE_THRESHOLD", "REDACTED", "is_envelope", "parse_state", "project_state"]
+__all__ = ["JSON_DECODER", "JSON_WHITESPACE", "PIECEWISE_THRESHOLD", "REDACTED",
+           "SUPPORTED_VERSION", "is_envelope", "parse_state", "project_state"]
 
 SUPPORTED_VERSION = 4
 MAX_SERIAL = 2**63 - 1  # what a signed 64-bit database column holds
@@ -110,7 +111,7 @@ def _load(raw: bytes, streamed: StreamedResources | None = None) -> Any:
     try:
         if len(text) >= PIECEWISE_THRESHOLD:
             return _decode_piecewise(text, streamed)
-        doc = _DECODER.decode(text)
+        doc = JSON_DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise InvalidState(
             f"the body is not valid JSON (error at line {exc.lineno}, column {exc.colno})"
@@ -132,15 +133,15 @@ def _reject_constant(name: str) -> Any:
     raise ValueError("NaN and Infinity are not JSON")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
+JSON_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+JSON_WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 #: Bodies at least this long (in characters) are decoded piece by piece.
 PIECEWISE_THRESHOLD = 1 << 20
 
 
 def _skip(text: str, position: int) -> int:
-    match = _WHITESPACE.match(text, position)
+    match = JSON_WHITESPACE.match(text, position)
     assert match is not None
     return match.end()
 
@@ -161,7 +162,7 @@ def _decode_piecewise(text: str, streamed: StreamedResources | None = None) -> A
     """
     position = _skip(text, 0)
     if text[position:position + 1] != "{":
-        other = _DECODER.decode(text)
+        other = JSON_DECODER.decode(text)
         check_depth(text, 0, len(text), other, 0, _WHAT)
         return other
     doc: dict[str, Any] = {}
@@ -173,7 +174,7 @@ def _decode_piecewise(text: str, streamed: StreamedResources | None = None) -> A
             if text[position:position + 1] != '"':
                 raise json.JSONDecodeError(
                     "Expecting property name enclosed in double quotes", text, position)
-            key, position = _DECODER.raw_decode(text, position)
+            key, position = JSON_DECODER.raw_decode(text, position)
             position = _skip(text, position)
             if text[position:position + 1] != ":":
                 raise json.JSONDecodeError("Expecting ':' delimiter", text, position)
@@ -186,7 +187,7 @@ def _decode_piecewise(text: str, streamed: StreamedResources | None = None) -> A
                     doc[key], position = _decode_array(text, position)
             else:
                 start = position
-                doc[key], position = _DECODER.raw_decode(text, position)
+                doc[key], position = JSON_DECODER.raw_decode(text, position)
                 check_depth(text, start, position, doc[key], 1, _WHAT)
             position = _skip(text, position)
             delimiter = text[position:position + 1]
@@ -220,7 +221,7 @@ def _decode_array_into(text: str, position: int, consume: Callable[[Any], None])
         return position + 1
     while True:
         start = position
-        item, position = _DECODER.raw_decode(text, position)
+        item, position = JSON_DECODER.raw_decode(text, position)
         check_depth(text, start, position, item, 2, _WHAT)
         consume(item)
         del item

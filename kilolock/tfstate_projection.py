@@ -40,7 +40,7 @@ from kilolock.text_rules import clean_json_text
 from kilolock.tfstate_json import clean_text, compact_json, is_json_integer, json_kind
 from kilolock.tfstate_redaction import redact, redact_flat, sensitive_paths
 
-__all__ = ["StreamedResources", "project_state"]
+__all__ = ["StreamedResources", "hcl_quote", "project_state"]
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
@@ -229,10 +229,10 @@ def _key_suffix(key: int | str | None) -> str:
         return ""
     if isinstance(key, int):
         return f"[{key}]"
-    return "[" + _hcl_quote(_SURROGATES.sub("\ufffd", key)) + "]"
+    return "[" + hcl_quote(_SURROGATES.sub("\ufffd", key)) + "]"
 
 
-def _hcl_quote(text: str) -> str:
+def hcl_quote(text: str) -> str:
     """Quote C{text} like Terraform's C{addrs.StringKey.String}: HCL string
     syntax, template introducers doubled, non-printable runes escaped."""
     out = ['"']

@@ -18,6 +18,7 @@ from kilolock.kl.commands import (
     history,
     locks,
     oidc,
+    refactor,
     resources,
     states,
     versions,
@@ -35,8 +36,8 @@ from kilolock.kl.exits import EXIT_INTERRUPTED, EXIT_OK, KlError
 from kilolock.kl.output import Output
 
 #: The command modules, in the order C{kl --help} lists their commands.
-COMMAND_GROUPS = (states, history, versions, locks, resources, events, control, oidc,
-                  workspaces)
+COMMAND_GROUPS = (states, history, versions, refactor, locks, resources, events, control,
+                  oidc, workspaces)
 
 
 def _common_options() -> argparse.ArgumentParser:

@@ -9,11 +9,11 @@ hosted half (L{ITenantStore}) is L{kilolock.store.memory_tenants.MemoryTenants}.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from attrs import define, evolve, field
+from attrs import define, evolve, field, frozen
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.python.components import proxyForInterface
 from zope.interface import implementer
@@ -59,7 +59,10 @@ from kilolock.model import (
 from kilolock.resource_query import check_query, row_matches, state_matches
 from kilolock.state_listing import check_listing, listed, sort_and_page, writer_of
 from kilolock.state_rules import Replay, holder_of
+from kilolock.stateops.interfaces import IStateOperationsStore
+from kilolock.stateops.model import StateWrite
 from kilolock.store.memory_oidc import MemoryOidcPolicies
+from kilolock.store.memory_stateops import MemoryStateOps
 from kilolock.store.memory_tenants import MemoryTenants
 from kilolock.store.memory_tfe import MemoryTFE
 from kilolock.tfe.interfaces import ITFEStore
@@ -70,6 +73,16 @@ class _StoredVersion:
     meta: StateVersion
     raw: bytes
     projection: Projection | None
+
+
+@frozen
+class _StagedWrite:
+    """A checked write not stored yet: its version (None: a replay of C{meta})."""
+
+    key: StateKey
+    lock_id: str | None
+    meta: StateVersion
+    version: _StoredVersion | None
 
 
 @define
@@ -88,16 +101,19 @@ class StoredState:
         return self.versions[-1] if self.versions else None
 
 
-@implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore)
+@implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore,
+             IStateOperationsStore)
 @define
 class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
-                       proxyForInterface(ITFEStore, "tfe")):  # type: ignore[misc]
+                       proxyForInterface(ITFEStore, "tfe"),  # type: ignore[misc]
+                       proxyForInterface(IStateOperationsStore, "stateops")):  # type: ignore[misc]
     """Every state, version, lock and event of every tenant, in dicts.
 
     L{ITenantStore} is forwarded to L{tenants} and L{ITFEStore} to L{tfe}
     (Twisted's C{proxyForInterface}: mypy cannot follow a base class made
     at run time), which share the states and the audit chain;
-    L{IOidcPolicyStore} to L{oidc_policies}.
+    L{IOidcPolicyStore} to L{oidc_policies}; L{IStateOperationsStore} to
+    L{stateops}, but for L{write_states}.
     """
 
     clock: Callable[[], datetime] = utcnow
@@ -110,6 +126,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
     tenants: MemoryTenants = field(init=False)
     oidc_policies: MemoryOidcPolicies = field(init=False)
     tfe: MemoryTFE = field(init=False)
+    stateops: MemoryStateOps = field(init=False)
 
     @tenants.default
     def _tenants_sharing_this_store(self) -> MemoryTenants:
@@ -121,6 +138,10 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
     @tfe.default
     def _tfe_sharing_this_store(self) -> MemoryTFE:
         return MemoryTFE(self._states, self._append_event, self.clock)
+
+    @stateops.default
+    def _stateops_sharing_this_store(self) -> MemoryStateOps:
+        return MemoryStateOps(self._states, self.clock)
 
     def start(self) -> Deferred[None]:
         return succeed(None)
@@ -140,6 +161,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
         self.tenants.forget()
         self.oidc_policies.forget()
         self.tfe.forget()
+        self.stateops.forget()
 
     # -- the state lane -------------------------------------------------
 
@@ -155,35 +177,71 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
                     principal: Principal, event_kind: str = STATE_WRITE,
                     event_detail: Mapping[str, Any] | None = None) -> Deferred[WriteOutcome]:
         def write() -> WriteOutcome:
-            state = self._states.get(key)
-            state_rules.check_write(lock_id, holder_of(state.lock if state else None))
-            now = self.clock()
-            if state is None:
-                self.tenants.check_state_owner(key)
-                state = self._states[key] = StoredState(created_at=now, updated_at=now)
-            replayed = state.written.get((upload.parsed.serial, upload.sha256))
-            current = state.current
-            decision = state_rules.decide_upload(
-                upload.parsed.serial, upload.sha256, () if replayed is None else (replayed,),
-                None if current is None else current.meta)
-            if isinstance(decision, Replay):
-                return WriteOutcome(version=decision.version, created=False)
-            meta = StateVersion.of_upload(upload, decision.number, now, principal.name)
-            if current is not None:
-                # Only the current version's projection is ever read: drop
-                # the older one (thousands of row objects per state would
-                # otherwise make every full garbage collection slower).
-                current.projection = None
-            state.versions.append(_StoredVersion(meta, upload.raw, upload.parsed.projection))
-            state.written[(meta.serial, meta.sha256)] = meta
-            state.updated_at = now
-            self._append_event(key.tenant, event_kind, principal.name, key.path, now,
-                               lock_id=lock_id, serial=meta.serial, sha256=meta.sha256,
-                               detail={**write_detail(meta.number, meta.size, principal),
-                                       **(event_detail or {})})
-            return WriteOutcome(version=meta, created=True)
+            staged = self._stage_write(key, upload, lock_id, principal)
+            return self._commit_write(staged, principal, event_kind, event_detail)
 
         return maybeDeferred(write)
+
+    def write_states(self, writes: Sequence[StateWrite], principal: Principal,
+                     event_kind: str = STATE_WRITE) -> Deferred[list[WriteOutcome]]:
+        """Every write is checked and its version prepared before any is
+        stored: a refusal (or any failure) of one stores none."""
+        def write() -> list[WriteOutcome]:
+            if len({w.key for w in writes}) != len(writes):
+                raise ValueError("each state may be written once in a write of several")
+            staged = [self._stage_write(w.key, w.upload, w.lock_id, principal)
+                      for w in writes]
+            return [self._commit_write(one, principal, event_kind, w.event_detail)
+                    for one, w in zip(staged, writes, strict=True)]
+
+        return maybeDeferred(write)
+
+    def _stage_write(self, key: StateKey, upload: StateUpload, lock_id: str | None,
+                     principal: Principal) -> _StagedWrite:
+        """Check a write against the lock matrix and the serial rule, and
+        prepare its version; nothing is changed yet."""
+        state = self._states.get(key)
+        state_rules.check_write(lock_id, holder_of(state.lock if state else None))
+        if state is None:
+            self.tenants.check_state_owner(key)
+        replayed = state.written.get((upload.parsed.serial, upload.sha256)) if state else None
+        current = state.current if state else None
+        decision = state_rules.decide_upload(
+            upload.parsed.serial, upload.sha256, () if replayed is None else (replayed,),
+            None if current is None else current.meta)
+        if isinstance(decision, Replay):
+            return _StagedWrite(key, lock_id, decision.version, None)
+        meta = StateVersion.of_upload(upload, decision.number, self.clock(), principal.name)
+        return _StagedWrite(key, lock_id, meta,
+                            self._prepare_version(meta, upload))
+
+    def _prepare_version(self, meta: StateVersion, upload: StateUpload) -> _StoredVersion:
+        return _StoredVersion(meta, upload.raw, upload.parsed.projection)
+
+    def _commit_write(self, staged: _StagedWrite, principal: Principal, event_kind: str,
+                      event_detail: Mapping[str, Any] | None) -> WriteOutcome:
+        """Store a staged version (nothing for a replay) and its event."""
+        meta, stored = staged.meta, staged.version
+        if stored is None:
+            return WriteOutcome(version=meta, created=False)
+        key, now = staged.key, meta.created_at
+        state = self._states.get(key)
+        if state is None:
+            state = self._states[key] = StoredState(created_at=now, updated_at=now)
+        current = state.current
+        if current is not None:
+            # Only the current version's projection is ever read: drop
+            # the older one (thousands of row objects per state would
+            # otherwise make every full garbage collection slower).
+            current.projection = None
+        state.versions.append(stored)
+        state.written[(meta.serial, meta.sha256)] = meta
+        state.updated_at = now
+        self._append_event(key.tenant, event_kind, principal.name, key.path, now,
+                           lock_id=staged.lock_id, serial=meta.serial, sha256=meta.sha256,
+                           detail={**write_detail(meta.number, meta.size, principal),
+                                   **(event_detail or {})})
+        return WriteOutcome(version=meta, created=True)
 
     def delete_state(self, key: StateKey, lock_id: str | None,
                      principal: Principal) -> Deferred[None]:

@@ -23,6 +23,7 @@ from kilolock.web.forwarded import Network
 from kilolock.web.health import HealthResource, ReadinessResource
 from kilolock.web.lane import StateLane
 from kilolock.web.metrics import MetricsResource
+from kilolock.web.native.options import NativeOptions
 from kilolock.web.native.tree import NativeRoot
 from kilolock.web.request import DEFAULT_MAX_BODY_BYTES, KilolockRequest
 from kilolock.web.states import StateResource, StateUnlockResource, states_branch
@@ -36,7 +37,8 @@ log = Logger(namespace="kilolock.access")
 
 def build_root(store: IStateStore, portal: Portal, reactor: Any,
                metrics: Metrics | None = None, auth_mode: str = "open",
-               ui: UiOptions | None = None, public_url: str | None = None) -> Resource:
+               ui: UiOptions | None = None, public_url: str | None = None,
+               native: NativeOptions | None = None) -> Resource:
     """The state listener's tree: C{/v1/states/...} and C{/v1/state-unlock/...}
     (L{kilolock.web.states}), C{/v1/native/...} (L{kilolock.web.native}),
     C{/api/v2/...} (the TFE lane, L{kilolock.web.tfe}; its URLs based on
@@ -44,7 +46,8 @@ def build_root(store: IStateStore, portal: Portal, reactor: Any,
     C{/metrics} (with C{metrics}), C{/.well-known/kilolock} and
     C{/.well-known/terraform.json}; with C{ui}, the dashboard at C{/ui/}
     (L{kilolock.web.ui}), where a browser's C{GET /} goes; anything else a
-    JSON 404."""
+    JSON 404.  C{native} configures the native API's write side (operations,
+    upload sessions)."""
     lane = StateLane(store=store, portal=portal, reactor=reactor, metrics=metrics)
     root = Directory() if ui is None else RootDirectory()
     if ui is not None:
@@ -64,7 +67,7 @@ def build_root(store: IStateStore, portal: Portal, reactor: Any,
         root.putChild(b"metrics", MetricsResource(metrics, store))
     v1.putChild(b"states", states_branch(lane, StateResource))
     v1.putChild(b"state-unlock", states_branch(lane, StateUnlockResource))
-    v1.putChild(b"native", NativeRoot(lane))
+    v1.putChild(b"native", NativeRoot(lane, native))
     return root
 
 

@@ -19,7 +19,7 @@ sharing one database (see L{kilolock.store.postgres.states}).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -58,12 +58,16 @@ from kilolock.model import (
     WriteOutcome,
     utcnow,
 )
+from kilolock.stateops.interfaces import IStateOperationsStore
+from kilolock.stateops.model import StateWrite
 from kilolock.store.embedded import EmbeddedPostgres
 from kilolock.store.postgres.dashboard import PostgresDashboard
 from kilolock.store.postgres.dsn import CONNECT_TIMEOUT, STATEMENT_TIMEOUT
 from kilolock.store.postgres.events import PostgresEvents
 from kilolock.store.postgres.large import LARGE_UPLOAD_BYTES
+from kilolock.store.postgres.multi_write import PostgresMultiWrites
 from kilolock.store.postgres.oidc_policies import PostgresOidcPolicies
+from kilolock.store.postgres.payloads import SnapshotCache
 from kilolock.store.postgres.reads import PostgresReads
 from kilolock.store.postgres.runner import (
     DEFAULT_POOL_SIZE,
@@ -72,6 +76,7 @@ from kilolock.store.postgres.runner import (
     TransactionRunner,
 )
 from kilolock.store.postgres.statements import PREPARE_STATEMENTS
+from kilolock.store.postgres.stateops import PostgresStateOps
 from kilolock.store.postgres.states import PostgresStates
 from kilolock.store.postgres.tenants import PostgresTenants
 from kilolock.store.postgres.tfe import PostgresTFE
@@ -81,9 +86,11 @@ __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
 
 
 @implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore,
-             IHealthCheck)
+             IStateOperationsStore, IHealthCheck)
 class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
-                         proxyForInterface(ITFEStore, "tfe")):  # type: ignore[misc]
+                         proxyForInterface(ITFEStore, "tfe"),  # type: ignore[misc]
+                         proxyForInterface(IStateOperationsStore,  # type: ignore[misc]
+                                           "stateops")):
     """States, versions, locks, projection rows, audit events and tenants in
     PostgreSQL.  L{ITenantStore} is forwarded whole to L{tenants} (Twisted's
     C{proxyForInterface}: mypy cannot follow a base class made at run time);
@@ -99,6 +106,8 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
     @ivar tenants: the L{PostgresTenants}.
     @ivar oidc_policies: the L{PostgresOidcPolicies} (L{IOidcPolicyStore}).
     @ivar tfe: the L{PostgresTFE}.
+    @ivar stateops: the L{PostgresStateOps} (L{IStateOperationsStore}, but
+        for L{write_states}: L{PostgresMultiWrites}).
     """
 
     def __init__(self, database_url: str | None, reactor: Any, *,
@@ -117,13 +126,16 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
         #: Compresses and decodes version payloads (plaintext: no key provider).
         self.codec = VersionCodec(None, run_large=self.runner.in_thread,
                                   large_size=LARGE_UPLOAD_BYTES)
-        self._states = PostgresStates(self.runner, clock, self.codec)
+        snapshots = SnapshotCache()
+        self._states = PostgresStates(self.runner, clock, self.codec, snapshots)
+        self._multi_writes = PostgresMultiWrites(self.runner, clock, self.codec, snapshots)
         self._reads = PostgresReads(self.runner, self.codec)
         self._events = PostgresEvents(self.runner, clock)
         self._dashboard = PostgresDashboard(self.runner)
         self.tenants = PostgresTenants(self.runner, clock)
         self.oidc_policies = PostgresOidcPolicies(self.runner, clock)
         self.tfe = PostgresTFE(self.runner, clock)
+        self.stateops = PostgresStateOps(self.runner, clock)
 
     @classmethod
     def embedded(cls, server: EmbeddedPostgres, reactor: Any,
@@ -166,6 +178,10 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
                     event_detail: Mapping[str, Any] | None = None) -> Deferred[WriteOutcome]:
         return self._states.write_state(key, upload, lock_id, principal, event_kind,
                                         event_detail)
+
+    def write_states(self, writes: Sequence[StateWrite], principal: Principal,
+                     event_kind: str = STATE_WRITE) -> Deferred[list[WriteOutcome]]:
+        return self._multi_writes.write_states(writes, principal, event_kind)
 
     def delete_state(self, key: StateKey, lock_id: str | None,
                      principal: Principal) -> Deferred[None]:

@@ -10,7 +10,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import Request
 
 from kilolock.errors import BadRequest, LockConflict, NotFound, VersionNotFound
-from kilolock.model import STATE_ROLLBACK, STATE_WRITE, AuditEvent, StateUpload
+from kilolock.model import STATE_OPERATION, STATE_ROLLBACK, STATE_WRITE, AuditEvent, StateUpload
 from kilolock.statediff import diff_states, output_document, outputs_of, restore_body
 from kilolock.text_rules import MAX_WHOLE_NUMBER, NotJSON, load_json, whole_number
 from kilolock.web._base import JSON, Branch, Response, render_async
@@ -41,7 +41,8 @@ class VersionListResource(StateSubresource):
         _, key = await self.key(request)
         versions = await self.versions(key)
         writes = await self.lane.store.list_events(key.tenant, state_path=key.path,
-                                                   kinds=[STATE_WRITE, STATE_ROLLBACK])
+                                                   kinds=[STATE_WRITE, STATE_ROLLBACK,
+                                                          STATE_OPERATION])
         # The event that wrote each version (the latest one naming it: numbers
         # start again after a delete).
         by_version: dict[tuple[int, str | None], AuditEvent] = {}
@@ -117,10 +118,7 @@ class OutputsResource(StateSubresource):
         _, key = await self.lane.authorize_state(request, self.segments, outputs=True)
         number = number_arg(request, "version")
         if number is None:
-            summary = await self.summary(key)
-            if summary.current is None:
-                raise VersionNotFound("the state has no version yet")
-            number = summary.current.number
+            number = await self.current_number(key)
             projection = await self.lane.store.get_projection(key)
             after = await self.lane.store.get_summary(key)
             unchanged = (after is not None and after.current is not None

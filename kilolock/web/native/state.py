@@ -34,6 +34,7 @@ from kilolock.web.native.history import (
 )
 from kilolock.web.native.resource import NO_ROUTE, StateSubresource, no_route
 from kilolock.web.native.search import StateResourcesResource
+from kilolock.web.native.slice import SliceResource
 
 
 class LockStatusResource(StateSubresource):
@@ -69,6 +70,7 @@ SUBRESOURCES: dict[str, type[StateSubresource]] = {
     "lock": LockStatusResource,
     "events": StateEventsResource,
     "rollback": RollbackResource,
+    "slice": SliceResource,
 }
 
 

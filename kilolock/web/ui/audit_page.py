@@ -16,6 +16,7 @@ from kilolock.model import (
     LOCK_FORCE_RELEASE,
     LOCK_RELEASE,
     STATE_DELETE,
+    STATE_OPERATION,
     STATE_ROLLBACK,
     STATE_WRITE,
     AuditEvent,
@@ -29,8 +30,8 @@ from kilolock.web.ui.params import number, state_url, text, with_query
 from kilolock.web.ui.states_page import options
 
 EVENT_PAGE = 100
-STATE_KINDS = (STATE_WRITE, STATE_ROLLBACK, STATE_DELETE, LOCK_ACQUIRE, LOCK_RELEASE,
-               LOCK_FORCE_RELEASE)
+STATE_KINDS = (STATE_WRITE, STATE_ROLLBACK, STATE_OPERATION, STATE_DELETE, LOCK_ACQUIRE,
+               LOCK_RELEASE, LOCK_FORCE_RELEASE)
 
 
 def what(event: AuditEvent) -> str:
