@@ -116,15 +116,17 @@ def copy_floor_times(dsn: str, body: bytes) -> tuple[float, float]:
     return insert, select
 
 
-async def small_get_loop(port: int, stop: asyncio.Event, latencies: list[float]) -> None:
+async def small_get_loop(port: int, stop: asyncio.Event, latencies: list[float],
+                         path: str = "/v1/states/small") -> None:
+    """GET C{path} every 20 ms until C{stop}, appending each latency."""
     connection = await Connection.open(port)
     try:
         while not stop.is_set():
             started = time.monotonic()
-            status, _ = await connection.request("GET", "/v1/states/small")
+            status, _ = await connection.request("GET", path)
             latencies.append(time.monotonic() - started)
             if status != 200:
-                raise RuntimeError(f"small GET answered {status}")
+                raise RuntimeError(f"GET {path} answered {status}")
             await asyncio.sleep(0.02)
     finally:
         await connection.close()

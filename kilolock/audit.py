@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -67,31 +68,82 @@ def _canonical(event: AuditEvent) -> str:
     )
 
 
+@frozen
+class ChainHead:
+    """A tenant's chain head: the seq and hash of its newest event (seq 0
+    and L{GENESIS} before the first).  Each store records it apart from the
+    events, moved in the transaction that appends one; an operator may pin
+    it outside Kilolock.  Written and read as C{SEQ:HASH}."""
+
+    seq: int
+    hash: str
+
+    def __str__(self) -> str:
+        return f"{self.seq}:{self.hash}"
+
+    @classmethod
+    def parse(cls, text: str) -> ChainHead:
+        """C{SEQ:HASH} as a head.  @raise ValueError: it is not one."""
+        seq, separator, hash_ = text.strip().partition(":")
+        if (not separator or not seq.isascii() or not seq.isdigit() or len(seq) > 10
+                or not _HASH.fullmatch(hash_)):
+            raise ValueError("a chain head is SEQ:HASH, e.g. 42:" + "0" * 64)
+        return cls(int(seq), hash_)
+
+
+_HASH = re.compile("[0-9a-f]{64}")
+
+#: The head of a chain without events.
+GENESIS_HEAD = ChainHead(0, GENESIS)
+
 #: The ways a chain can break, as L{ChainBreak.problem} names them.
 MISSING = "missing"
 NOT_GENESIS = "not_genesis"
 UNLINKED = "unlinked"
 ALTERED = "altered"
+#: The chain ends before a head it must reach: its newest events are gone.
+TRUNCATED = "truncated"
+#: The event at a head's seq is not the one the head names: the chain was
+#: rewritten up to there.
+HEAD_MISMATCH = "head_mismatch"
 
 
 @frozen
 class ChainBreak:
     """Where and why a chain of audit events stops verifying.
 
-    C{event} is the first event that does not verify; C{expected_seq} is the
+    C{event} is the first event that does not verify (for L{TRUNCATED}: the
+    last event there is, None when there is none); C{expected_seq} is the
     seq that should have stood there (it differs from C{event.seq} when
-    events are missing before it)."""
+    events are missing before it; for L{TRUNCATED}, the first missing seq).
+    C{head} is the head that was not reached or not matched, if that is
+    what broke."""
 
-    event: AuditEvent
+    event: AuditEvent | None
     problem: str
     expected_seq: int
+    head: ChainHead | None = None
 
     @property
     def seq(self) -> int:
+        """The seq the break is reported at: the event's, or (truncation) the
+        first missing one."""
+        if self.problem == TRUNCATED or self.event is None:
+            return self.expected_seq
         return self.event.seq
 
     def reason(self) -> str:
         """The break in a sentence (names seqs and hashes, never content)."""
+        if self.problem == TRUNCATED:
+            assert self.head is not None
+            last = self.expected_seq - 1
+            return (f"the chain ends at event seq {last} but its head is seq {self.head.seq}:"
+                    f" the events after seq {last} are missing (truncated)")
+        if self.problem == HEAD_MISMATCH:
+            assert self.head is not None
+            return (f"event seq {self.head.seq} is not the head recorded for it"
+                    f" ({self.head.hash[:16]}...): the chain was rewritten")
+        assert self.event is not None
         if self.problem == MISSING:
             return f"expected event seq {self.expected_seq} here, found seq {self.event.seq}"
         if self.problem == NOT_GENESIS:
@@ -101,14 +153,23 @@ class ChainBreak:
         return "its contents do not match its hash (the event was altered)"
 
 
-def verify_chain(events: Iterable[AuditEvent], *, complete: bool = True) -> ChainBreak | None:
+def verify_chain(events: Iterable[AuditEvent], *, complete: bool = True,
+                 heads: Iterable[ChainHead] = ()) -> ChainBreak | None:
     """Walk events in C{seq} order and return the first break, or None when
     every event verifies.
 
     C{complete}: the events are a tenant's whole chain, so the first must
     start from L{GENESIS} with seq 1 and no seq may be missing.  Otherwise
     (a filtered selection) each event's own hash is checked, and its link
-    wherever its predecessor is in the selection too."""
+    wherever its predecessor is in the selection too.
+
+    C{heads}: heads the chain must pass through -- the one the store
+    recorded, one pinned outside Kilolock: the event at each head's seq has
+    the head's hash (else L{HEAD_MISMATCH}), and the chain reaches every
+    head (else L{TRUNCATED}).  Events after a head are fine (appended
+    since).  Only a whole chain (C{complete}) can be checked against heads.
+    """
+    wanted = {head.seq: head for head in heads}
     previous: AuditEvent | None = None
     for event in events:
         expected = 1 if previous is None else previous.seq + 1
@@ -121,7 +182,17 @@ def verify_chain(events: Iterable[AuditEvent], *, complete: bool = True) -> Chai
             return ChainBreak(event, UNLINKED, expected)
         if event_hash(event) != event.hash:
             return ChainBreak(event, ALTERED, event.seq)
+        head = wanted.get(event.seq)
+        if head is not None and head.hash != event.hash:
+            return ChainBreak(event, HEAD_MISMATCH, event.seq, head)
         previous = event
+    last = 0 if previous is None else previous.seq
+    for seq in sorted(wanted):
+        head = wanted[seq]
+        if seq > last:
+            return ChainBreak(previous, TRUNCATED, last + 1, head)
+        if seq == 0 and head.hash != GENESIS:
+            return ChainBreak(previous, HEAD_MISMATCH, 0, head)
     return None
 
 

@@ -44,6 +44,23 @@ class InvalidPath(BadRequest):
         self.code = rule  # type: ignore[misc]  # the rule is this error's code
 
 
+class InvalidText(BadRequest):
+    """Input broke one of the text rules of L{kilolock.text_rules} (nesting,
+    numbers, Unicode, length): the code names the rule, the JSON error the
+    field when one is at fault."""
+
+    def __init__(self, rule: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code = rule  # type: ignore[misc]  # the rule is this error's code
+        self.field = field
+        #: The JSON pointer of the value at fault in a document, when known
+        #: (the TFE lane answers it as the error's C{source}).
+        self.pointer: str | None = None
+
+    def details(self) -> dict[str, str]:
+        return {} if self.field is None else {"field": self.field}
+
+
 class InvalidState(BadRequest):
     code = "invalid_state"
 
@@ -189,6 +206,14 @@ class EncryptedState(Conflict):
     (diff, outputs) or re-serialised (rollback) by the server."""
 
     code = "encrypted_state"
+
+
+class VersionTooDeep(Conflict):
+    """A stored version nests deeper than the server reads (stored before
+    the nesting rule of L{kilolock.text_rules}): its bytes can be fetched,
+    not diffed or read for outputs."""
+
+    code = "too_deep"
 
 
 # -- hosted mode (control API) ------------------------------------------------

@@ -19,6 +19,7 @@ import secrets
 from collections.abc import Sequence
 
 from kilolock.errors import InvalidField, NotEmpty
+from kilolock.text_rules import check_text
 
 TENANT_PREFIX = "tn_"
 WORKSPACE_PREFIX = "ws_"
@@ -93,14 +94,14 @@ def looks_like_secret(secret: bytes) -> bool:
 
 def is_public_id(text: str, prefix: str) -> bool:
     """Whether C{text} has the shape of a public id with C{prefix} (e.g. C{ws_})."""
-    return text.startswith(prefix) and _PUBLIC_ID.match(text) is not None
+    return text.startswith(prefix) and _PUBLIC_ID.fullmatch(text) is not None
 
 
 # -- naming rules (errors name the field) ----------------------------------------
 
 
 def check_slug(value: object, field: str = "slug") -> str:
-    if not isinstance(value, str) or not _SLUG.match(value):
+    if not isinstance(value, str) or not _SLUG.fullmatch(value):
         raise InvalidField(field, f"{field} must be 1-63 lowercase letters, digits and inner"
                                   " hyphens (a DNS label), e.g. 'acme'")
     return value
@@ -110,7 +111,7 @@ def check_name(value: object, field: str) -> str:
     """A workspace, environment or token name: 1-64 of C{A-Z a-z 0-9 . _ -},
     starting with a letter or digit, and not shaped like a public id (so a
     value can name either)."""
-    if not isinstance(value, str) or not _NAME.match(value) or _PUBLIC_ID.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or _PUBLIC_ID.fullmatch(value):
         raise InvalidField(field, f"{field} must be 1-64 letters, digits, '.', '_' or '-',"
                                   " starting with a letter or digit (and not shaped like"
                                   " an id such as ws_0123456789ab)")
@@ -118,6 +119,11 @@ def check_name(value: object, field: str) -> str:
 
 
 def check_display_name(value: object, field: str = "name") -> str:
+    """A display name: text a database can hold (L{check_text}: no NUL, no
+    unpaired surrogate), not blank, at most L{MAX_DISPLAY_NAME} characters,
+    without control characters."""
+    if isinstance(value, str):
+        check_text(value, f"the field {field!r}", field)
     if (not isinstance(value, str) or not value.strip() or len(value) > MAX_DISPLAY_NAME
             or any(ord(char) < 0x20 or ord(char) == 0x7F for char in value)):
         raise InvalidField(field, f"{field} must be a non-empty string of at most"
@@ -144,7 +150,8 @@ def check_tenant_deletable(state_count: int, locked_paths: Sequence[str],
     """
     if state_count and not delete_states:
         raise NotEmpty(f"the tenant has {state_count} state(s); delete them first, or"
-                       " delete the tenant with ?states=delete")
+                       " delete the tenant with its states (DELETE ...?states=delete;"
+                       " kl tenants delete --delete-states)")
     if locked_paths:
         raise NotEmpty(f"{len(locked_paths)} state(s) of the tenant are locked (e.g."
                        f" {locked_paths[0]}); unlock them first")

@@ -16,6 +16,7 @@ from zope.interface import Attribute, Interface
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
+    from kilolock.audit import ChainHead
     from kilolock.model import (
         ApiToken,
         AuditEvent,
@@ -178,6 +179,14 @@ class IStateStore(Interface):
         """Append a control-plane event to the tenant's chain.
 
         @return: a Deferred firing with the new L{AuditEvent}."""
+
+    def chain_head(tenant: str) -> Deferred[ChainHead]:
+        """The head of the tenant's chain as the store recorded it apart from
+        the events (moved in the transaction of every append), so that a
+        deletion of the newest events shows (L{kilolock.audit.verify_chain}).
+
+        @return: a Deferred firing with the L{ChainHead} (seq 0 and the
+            genesis hash for a tenant without events)."""
 
 
 class ISessionStore(Interface):

@@ -32,6 +32,9 @@ class Metrics:
     version_bytes_pruned: Counter
     retention_last_run: Gauge
     retention_duration: Gauge
+    refusals: Counter
+    large_body_bytes: Gauge
+    large_bodies_waiting: Gauge
 
     @classmethod
     def create(cls) -> Metrics:
@@ -77,4 +80,16 @@ class Metrics:
             retention_duration=Gauge("kilolock_retention_last_run_duration_seconds",
                                      "How long the last retention pass took",
                                      registry=registry),
+            refusals=Counter("kilolock_http_refusals",
+                             "Requests and connections refused at the edge of a listener,"
+                             " by reason (the JSON error code)", ["listener", "reason"],
+                             registry=registry),
+            large_body_bytes=Gauge(
+                "kilolock_large_body_bytes",
+                "Bytes of large request bodies in the budgets: stage=admitted (arriving,"
+                " waiting or processing) or processing", ["stage"], registry=registry),
+            large_bodies_waiting=Gauge(
+                "kilolock_large_bodies_waiting",
+                "Large request bodies received and waiting for the parse budget",
+                registry=registry),
         )

@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import field, frozen
 
-from kilolock.errors import InvalidLockInfo
+from kilolock.errors import InvalidLockInfo, InvalidText
+from kilolock.text_rules import (
+    MAX_LOCK_ID_LENGTH,
+    MAX_LOCK_INFO_BYTES,
+    TOO_LONG,
+    NotJSON,
+    check_text,
+    clean_text,
+    load_json,
+)
 
 if TYPE_CHECKING:
     from kilolock.oidc_access import OidcAccess
@@ -111,24 +120,49 @@ class LockInfo:
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> LockInfo:
-        """Parse a LockInfo body; raise L{InvalidLockInfo} unless it is a JSON
-        object with a non-empty string C{ID}."""
+        """Parse a LockInfo body under the text rules of L{kilolock.text_rules};
+        raise L{InvalidLockInfo} unless it is a JSON object with a non-empty
+        string C{ID}, and L{kilolock.errors.InvalidText} when it breaks a
+        rule (too large, too deep, NUL or an unpaired surrogate anywhere, an
+        C{ID} longer than L{MAX_LOCK_ID_LENGTH})."""
+        if len(raw) > MAX_LOCK_INFO_BYTES:
+            raise InvalidText(TOO_LONG, f"the lock body is larger than {MAX_LOCK_INFO_BYTES}"
+                                        " bytes")
         try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+            doc = load_json(raw, "the lock body")
+        except NotJSON:
             raise InvalidLockInfo("the lock body is not valid JSON") from None
         if not isinstance(doc, dict):
             raise InvalidLockInfo("the lock body must be a JSON object (LockInfo)")
         lock_id = doc.get("ID")
         if not isinstance(lock_id, str) or not lock_id:
             raise InvalidLockInfo("LockInfo needs a non-empty string ID")
+        check_text(lock_id, "the lock ID", "ID", MAX_LOCK_ID_LENGTH)
+        return cls._of(raw, doc)
+
+    @classmethod
+    def stored(cls, raw: bytes) -> LockInfo:
+        """A LockInfo a store kept (it passed L{from_bytes} when it arrived,
+        or an older, laxer check): never raises.  Fields that cannot be read
+        are empty."""
+        try:
+            doc = json.loads(raw)
+        except (ValueError, RecursionError):
+            doc = None
+        return cls._of(raw, doc if isinstance(doc, dict) else {})
+
+    @classmethod
+    def _of(cls, raw: bytes, doc: dict[str, Any]) -> LockInfo:
+        """The fields read from C{doc}; the ones only ever shown (who, what,
+        which version) with what a page cannot show (NUL, an unpaired
+        surrogate of an older record) as U+FFFD."""
         created = doc.get("Created")
         return cls(
             raw=raw,
-            id=lock_id,
-            operation=_text(doc.get("Operation")),
-            who=_text(doc.get("Who")),
-            version=_text(doc.get("Version")),
+            id=_text(doc.get("ID")),
+            operation=clean_text(_text(doc.get("Operation"))),
+            who=clean_text(_text(doc.get("Who"))),
+            version=clean_text(_text(doc.get("Version"))),
             created=parse_created(created) if isinstance(created, str) else None,
         )
 
@@ -328,6 +362,9 @@ LOCK_FORCE_RELEASE = "lock_force_release"
 
 #: Event kind of a rollback: an older version restored as a new one.
 STATE_ROLLBACK = "state_rollback"
+#: Event kind of a version written by a state operation (issue 18:
+#: C{kl state mv/rm/split/import}); its detail names the operation.
+STATE_OPERATION = "state_operation"
 
 
 @frozen

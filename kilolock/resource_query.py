@@ -67,7 +67,8 @@ def attribute_value(attributes: Any, steps: list[str]) -> Any:
             if step not in node:
                 return None
             node = node[step]
-        elif isinstance(node, list) and step.isdigit() and int(step) < len(node):
+        elif (isinstance(node, list) and step.isascii() and step.isdigit()
+              and int(step) < len(node)):
             node = node[int(step)]
         else:
             return None

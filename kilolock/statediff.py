@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from kilolock.errors import EncryptedState, InvalidState
+from kilolock.errors import EncryptedState, InvalidState, InvalidText, VersionTooDeep
 from kilolock.tfstate import REDACTED, is_envelope, parse_state, project_state
 
 #: Steps of an attribute path: a str is a key, an int a list position.
@@ -74,23 +74,29 @@ def format_path(path: Path) -> str:
     return text
 
 
-def _changed_paths(old: Any, new: Any, path: Path = ()) -> Iterator[Path]:
+def _changed_paths(old: Any, new: Any) -> Iterator[Path]:
     """Paths of the leaves where C{old} and C{new} differ (dicts by key, lists
-    of one length by position; anything else as a whole)."""
-    if _is_wrapper(old) and _is_wrapper(new):
-        if old["type"] == new["type"]:
-            yield from _changed_paths(old["value"], new["value"], (*path, _WrapperStep("value")))
-        else:
+    of one length by position; anything else as a whole), depth first in key
+    order.  Iterative: any nesting is fine."""
+    pending: list[tuple[Any, Any, Path]] = [(old, new, ())]
+    while pending:
+        before, after, path = pending.pop()
+        if _is_wrapper(before) and _is_wrapper(after):
+            if before["type"] == after["type"]:
+                pending.append((before["value"], after["value"],
+                                (*path, _WrapperStep("value"))))
+            else:
+                yield path
+        elif isinstance(before, dict) and isinstance(after, dict):
+            keys = list(before) + [key for key in after if key not in before]
+            pending.extend((before.get(key, _ABSENT), after.get(key, _ABSENT), (*path, key))
+                           for key in reversed(keys))
+        elif isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+            pending.extend((before[index], after[index], (*path, index))
+                           for index in reversed(range(len(before))))
+        elif (before is _ABSENT or after is _ABSENT or type(before) is not type(after)
+              or before != after):
             yield path
-    elif isinstance(old, dict) and isinstance(new, dict):
-        for key in list(old) + [key for key in new if key not in old]:
-            yield from _changed_paths(old.get(key, _ABSENT), new.get(key, _ABSENT),
-                                      (*path, key))
-    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        for index, (before, after) in enumerate(zip(old, new, strict=True)):
-            yield from _changed_paths(before, after, (*path, index))
-    elif old is _ABSENT or new is _ABSENT or type(old) is not type(new) or old != new:
-        yield path
 
 
 def _redacted_at(tree: Any, path: Path) -> tuple[Path | None, Any]:
@@ -140,15 +146,30 @@ def _raw_attributes(instance: dict[str, Any]) -> Any:
     return attributes if attributes is not None else {}
 
 
-def _objects(doc: dict[str, Any]) -> dict[tuple[str, str | None], tuple[Any, Any]]:
-    """Every instance object of a state by (address, deposed key): its raw
-    attributes and its redacted ones, in state order."""
+#: An instance object of a state: its mode, raw attributes and redacted ones.
+_Object = tuple[str, Any, Any]
+
+
+def _objects(doc: dict[str, Any]) -> dict[tuple[str, str | None], _Object]:
+    """Every instance object of a state by (address, deposed key), in state
+    order."""
     projection = project_state(doc)
     raw = [_raw_attributes(instance)
            for resource in doc.get("resources") or []
            for instance in resource.get("instances") or []]
-    return {(row.address, row.deposed): (attributes, json.loads(row.attributes))
+    return {(row.address, row.deposed): (row.mode, attributes, json.loads(row.attributes))
             for row, attributes in zip(projection.resources, raw, strict=True)}
+
+
+def _replaced(mode: str, old: Any, new: Any) -> bool:
+    """Whether an instance object was destroyed and created again between
+    two versions rather than updated in place: a managed resource whose
+    C{id} changed (Terraform gives a new object a new id; an update in
+    place keeps it)."""
+    if mode != "managed" or not isinstance(old, dict) or not isinstance(new, dict):
+        return False
+    before, after = old.get("id"), new.get("id")
+    return before is not None and after is not None and before != after
 
 
 def _label(key: tuple[str, str | None]) -> dict[str, Any]:
@@ -178,30 +199,46 @@ def _output_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[
     return {"added": added, "removed": removed, "changed": changed}
 
 
+_TOO_DEEP = ("this version nests too deeply for the server to read (it was stored before"
+             " the nesting limit); `kl state pull --version N` gets its bytes")
+
+
 def diff_states(old_raw: bytes, new_raw: bytes) -> dict[str, Any]:
+    """L{_diff_states}; a version too deep to read is L{VersionTooDeep}."""
+    try:
+        return _diff_states(old_raw, new_raw)
+    except (RecursionError, InvalidText):
+        raise VersionTooDeep(_TOO_DEEP) from None
+
+
+def _diff_states(old_raw: bytes, new_raw: bytes) -> dict[str, Any]:
     """The resource-level difference from C{old_raw} to C{new_raw} (two stored
     versions) as a JSON-ready document::
 
         {"lineageChanged": false,
          "resources": {"added": [{"address": ...}], "removed": [...],
-                       "changed": [{"address": ..., "changes": [
+                       "changed": [{"address": ..., "action": "update", "changes": [
                            {"path": "input", "before": "a", "after": "b"},
                            {"path": "password", "sensitive": true}]}]},
          "outputs": {"added": [name], "removed": [name],
                      "changed": [{"name": ..., "before": ..., "after": ...}]}}
+
+    A changed object's C{action} is C{"replace"} when it was destroyed and
+    created again (L{_replaced}: its C{id} changed), else C{"update"}.
 
     @raise EncryptedState: either version is an encrypted envelope.
     """
     old_doc, new_doc = load_document(old_raw), load_document(new_raw)
     old_objects, new_objects = _objects(old_doc), _objects(new_doc)
     changed = []
-    for key, (raw_new, shown_new) in new_objects.items():
+    for key, (mode, raw_new, shown_new) in new_objects.items():
         if key not in old_objects:
             continue
-        raw_old, shown_old = old_objects[key]
+        _, raw_old, shown_old = old_objects[key]
         changes = _attribute_changes(raw_old, raw_new, shown_old, shown_new)
         if changes:
-            changed.append({**_label(key), "changes": changes})
+            action = "replace" if _replaced(mode, raw_old, raw_new) else "update"
+            changed.append({**_label(key), "action": action, "changes": changes})
     return {
         "lineageChanged": old_doc.get("lineage") != new_doc.get("lineage"),
         "resources": {
@@ -219,8 +256,12 @@ def outputs_of(raw: bytes) -> list[dict[str, Any]]:
         [{"name": ..., "type": ..., "value": ..., "sensitive": false}, ...]
 
     @raise EncryptedState: the version is an encrypted envelope.
+    @raise VersionTooDeep: it nests too deeply to read.
     """
-    parsed = parse_state(raw)
+    try:
+        parsed = parse_state(raw)
+    except (RecursionError, InvalidText):
+        raise VersionTooDeep(_TOO_DEEP) from None
     if parsed.projection is None:
         raise EncryptedState("this version is an OpenTofu encrypted state: its outputs cannot"
                              " be read by the server")
@@ -238,14 +279,76 @@ def output_document(name: str, type_: str | None, value: str | None,
 
 
 def restore_body(raw: bytes, serial: int, lineage: str) -> bytes:
-    """Version C{raw} re-serialised as a new version: its content with
-    C{serial} and C{lineage}, written like Terraform writes a state (2-space
-    indent, a final newline, key order kept).
+    """Version C{raw} as a new version: its bytes exactly, but for the values
+    of its top-level C{serial} and C{lineage}, which become C{serial} and
+    C{lineage}.  Nothing is re-serialised, so whatever the version holds
+    (any nesting, escapes, numbers beyond a double) is restored as it was.
 
     @raise EncryptedState: the version is an encrypted envelope (its serial
         lives inside the ciphertext too, so it cannot be rewritten here).
+    @raise InvalidState: it is not a JSON object with a serial and a lineage.
     """
-    doc = load_document(raw)
-    doc["serial"] = serial
-    doc["lineage"] = lineage
-    return json.dumps(doc, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
+    try:
+        text = raw.decode("utf-8")
+        members = _top_level_members(text)
+    except (ValueError, RecursionError):
+        raise InvalidState("the stored version is not a JSON object") from None
+    if is_envelope({key: None for key, _, _ in members}):
+        raise EncryptedState("this version is an OpenTofu encrypted state: the server cannot"
+                             " read it (use `kl state pull --version N` and decrypt locally)")
+    replacements = {"serial": str(serial), "lineage": json.dumps(lineage)}
+    if not {key for key, _, _ in members} >= set(replacements):
+        raise InvalidState("the stored version has no serial or no lineage")
+    spans = [(start, end, replacements[key]) for key, start, end in members
+             if key in replacements]
+    parts: list[str] = []
+    position = 0
+    for start, end, value in spans:
+        parts.extend((text[position:start], value))
+        position = end
+    parts.append(text[position:])
+    return "".join(parts).encode("utf-8")
+
+
+_MEMBER_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _top_level_members(text: str) -> list[tuple[str, int, int]]:
+    """The members of the JSON object C{text}: (key, start, end) of each
+    value, in order.  @raise ValueError: C{text} is not a JSON object."""
+
+    def skip(position: int) -> int:
+        match = _SPACE.match(text, position)
+        assert match is not None
+        return match.end()
+
+    position = skip(0)
+    if text[position:position + 1] != "{":
+        raise ValueError("not an object")
+    members: list[tuple[str, int, int]] = []
+    position = skip(position + 1)
+    if text[position:position + 1] == "}":
+        position += 1
+    else:
+        while True:
+            key, position = _MEMBER_DECODER.raw_decode(text, position)
+            if not isinstance(key, str):
+                raise ValueError("a key is not a string")
+            position = skip(position)
+            if text[position:position + 1] != ":":
+                raise ValueError("no colon")
+            start = skip(position + 1)
+            _, position = _MEMBER_DECODER.raw_decode(text, start)
+            members.append((key, start, position))
+            position = skip(position)
+            delimiter = text[position:position + 1]
+            position += 1
+            if delimiter == "}":
+                break
+            if delimiter != ",":
+                raise ValueError("no comma")
+            position = skip(position)
+    if skip(position) != len(text):
+        raise ValueError("extra data")
+    return members

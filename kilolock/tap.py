@@ -8,20 +8,15 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from attrs import frozen
-from twisted.application.internet import StreamServerEndpointService
-from twisted.application.service import IService, MultiService, Service
+from twisted.application.service import IService, MultiService
 from twisted.application.strports import service as endpoint_service
-from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.endpoints import serverFromString
-from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStreamServerEndpoint
-from twisted.logger import Logger
 from twisted.python import usage
-from zope.interface import implementer
 
 from kilolock.at_rest_settings import (
     AT_REST_OPTIONS,
@@ -39,23 +34,26 @@ from kilolock.auth import (
     build_portal,
 )
 from kilolock.interfaces import IStateStore, ITenantStore
+from kilolock.listening import with_backlog
 from kilolock.metrics import Metrics
 from kilolock.oidc.grace import DEFAULT_GRACE, MAX_GRACE
 from kilolock.oidc_auth import oidc_checker
 from kilolock.oidc_settings import check_oidc_settings, oidc_policy_source
 from kilolock.retention import MAX_DAYS, MAX_VERSIONS, RetentionPolicy
+from kilolock.services import KilolockService, ListeningEndpoint, StoreService, keeping_port
+from kilolock.stateops.runner import OperationRunner, pause_while_file_exists
 from kilolock.store.memory import MemoryStateStore
 from kilolock.tls import check_client_ca, mtls_service
 from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
 from kilolock.web.control import MAX_CONTROL_BODY_BYTES
 from kilolock.web.control.api import ControlAPI
 from kilolock.web.control.tree import ControlSite, build_control_root
+from kilolock.web.edge import DEFAULT_LIMITS, EdgeLimits, edge_limits, option_parameters
 from kilolock.web.forwarded import parse_networks
+from kilolock.web.native.options import NativeOptions
 from kilolock.web.site import KilolockSite, build_root
 from kilolock.web.ui.sessions import DEFAULT_SESSION_SECONDS
 from kilolock.web.ui.tree import UiOptions
-
-log = Logger()
 
 STORES = ("memory", "postgres")
 LOG_FORMATS = ("text", "json")
@@ -65,8 +63,6 @@ DEFAULT_IDLE_TIMEOUT = 75.0
 DEFAULT_SHUTDOWN_GRACE = 30.0
 #: The shortest KL_CONTROL_TOKEN accepted.
 MIN_CONTROL_TOKEN_LENGTH = 16
-#: Seconds closing connections may take once no request is in flight.
-CLOSE_GRACE = 5.0
 
 
 @frozen
@@ -96,6 +92,8 @@ class Settings:
     #: A PEM file of CAs: the C{ssl:} state lane then requires a client
     #: certificate signed by one of them (mTLS).
     tls_client_ca: str | None = None
+    #: The limits at the edge of every listener (L{kilolock.web.edge}).
+    edge: EdgeLimits = DEFAULT_LIMITS
     #: The dashboard at /ui/ ("on") or not ("off"), and how long its
     #: sessions last.
     ui: str = "on"
@@ -114,6 +112,10 @@ class Settings:
     retention_versions: int | None = None
     retention_days: int | None = None
     retention_interval: float = DEFAULT_RETENTION_INTERVAL
+    #: For Kilolock's own tests only: while this file exists, state
+    #: operations wait before their write, holding their locks
+    #: (KL_TESTING_OPERATION_PAUSE_FILE, no command-line option).
+    testing_operation_pause_file: str | None = None
 
     @classmethod
     def from_sources(cls, options: Mapping[str, Any],
@@ -152,6 +154,7 @@ class Settings:
             control_token=environ.get("KL_CONTROL_TOKEN", ""),
             public_url=pick("public-url", "KL_PUBLIC_URL", None),
             tls_client_ca=pick("tls-client-ca", "KL_TLS_CLIENT_CA", None),
+            edge=_edge_limits(lambda option, env: pick(option, env, None)),
             ui=pick("ui", "KL_UI", "on"),
             ui_session_seconds=_number(float, "KL_UI_SESSION_SECONDS", pick(
                 "ui-session-seconds", "KL_UI_SESSION_SECONDS", DEFAULT_SESSION_SECONDS)),
@@ -166,6 +169,7 @@ class Settings:
                 "retention-days", "KL_RETENTION_DAYS", None), MAX_DAYS),
             retention_interval=_number(float, "KL_RETENTION_INTERVAL", pick(
                 "retention-interval", "KL_RETENTION_INTERVAL", DEFAULT_RETENTION_INTERVAL)),
+            testing_operation_pause_file=environ.get("KL_TESTING_OPERATION_PAUSE_FILE") or None,
         )
         settings.check()
         return settings
@@ -189,6 +193,10 @@ class Settings:
                 raise usage.UsageError(f"{name} must be a positive number of seconds")
         if self.shutdown_grace < 0:
             raise usage.UsageError("KL_SHUTDOWN_GRACE must not be negative")
+        try:
+            self.edge.check()
+        except ValueError as error:
+            raise usage.UsageError(str(error)) from None
         if self.prepared_statements not in ("on", "off"):
             raise usage.UsageError("--prepared-statements must be on or off")
         if self.ui not in ("on", "off"):
@@ -278,6 +286,7 @@ class Options(usage.Options):
         ["tls-client-ca", None, None,
          "PEM file of CAs: the ssl: --listen endpoint then requires a client certificate"
          " signed by one of them [KL_TLS_CLIENT_CA]"],
+        *option_parameters(),
         ["ui", None, None, "on or off: the dashboard at /ui/ [KL_UI, default on]"],
         ["ui-session-seconds", None, None, "seconds a dashboard session lasts from sign-in"
          f" [KL_UI_SESSION_SECONDS, default {DEFAULT_SESSION_SECONDS}]"],
@@ -309,36 +318,18 @@ class Options(usage.Options):
             self.parent["logger"] = "kilolock.logs.json_log_observer"
 
 
+def _edge_limits(pick: Callable[[str, str], Any]) -> EdgeLimits:
+    try:
+        return edge_limits(pick)
+    except ValueError as error:
+        raise usage.UsageError(str(error)) from None
+
+
 def _number(kind: type[Any], name: str, value: Any) -> Any:
     try:
         return kind(value)
     except (TypeError, ValueError):
         raise usage.UsageError(f"{name} must be a number, not {value!r}") from None
-
-
-class StoreService(Service):
-    """Starts the store with the application and stops it last; C{background}
-    (work on the store: pruning) starts after it and stops before it."""
-
-    def __init__(self, store: IStateStore, background: IService | None = None) -> None:
-        self.store = store
-        self.background = background
-        self.started: Deferred[None] | None = None
-
-    def startService(self) -> None:
-        super().startService()
-        self.started = self.store.start()
-        self.started.addErrback(
-            lambda failure: log.error("the state store failed to start: {kind}",
-                                      kind=failure.type.__name__ if failure.type else "?"))
-        if self.background is not None:
-            self.background.startService()
-
-    def stopService(self) -> Deferred[None]:
-        super().stopService()
-        stopping: Deferred[Any] = maybeDeferred(
-            lambda: None if self.background is None else self.background.stopService())
-        return stopping.addCallback(lambda _: self.store.stop())
 
 
 def build_store(settings: Settings, reactor: Any) -> IStateStore:
@@ -365,104 +356,14 @@ def build_portal_for(settings: Settings, store: IStateStore, reactor: Any = None
     return build_portal(OpenChecker())
 
 
-@implementer(IStreamServerEndpoint)
-class ListeningEndpoint:
-    """An endpoint that keeps the port it listens on, so that the port a
-    C{tcp:0} listener really got can be asked for (C{port.getHost()})."""
-
-    def __init__(self, endpoint: IStreamServerEndpoint) -> None:
-        self.endpoint = endpoint
-        #: The listening port, once listening.
-        self.port: IListeningPort | None = None
-
-    def listen(self, protocolFactory: IProtocolFactory) -> Deferred[IListeningPort]:
-        def keep(port: IListeningPort) -> IListeningPort:
-            self.port = port
-            return port
-
-        return self.endpoint.listen(protocolFactory).addCallback(keep)
-
-
-def keeping_port(service: StreamServerEndpointService) -> ListeningEndpoint:
-    """Make C{service} listen through a L{ListeningEndpoint}, and return it."""
-    listening = ListeningEndpoint(service.endpoint)
-    service.endpoint = listening
-    return listening
-
-
-class KilolockService(MultiService):
-    """The store, then the listeners; stopped in the opposite order, one step
-    at a time: stop accepting connections, let in-flight requests finish
-    (at most C{grace} seconds), close the connections, then close the store.
-
-    C{site} is the state lanes' site, listening on C{listening}; C{sites}
-    every site whose requests are drained (the control API's too, in hosted
-    mode)."""
-
-    def __init__(self, store_service: StoreService, web_service: IService,
-                 site: KilolockSite, grace: float, clock: Any,
-                 sites: Sequence[KilolockSite] = (),
-                 listening: ListeningEndpoint | None = None) -> None:
-        super().__init__()
-        self.store_service = store_service
-        self.web_service = web_service
-        self.site = site
-        self.listening = listening
-        self.sites = tuple(sites) or (site,)
-        self.grace = grace
-        self.clock = clock
-        store_service.setServiceParent(self)
-        web_service.setServiceParent(self)
-
-    @property
-    def store(self) -> IStateStore:
-        return self.store_service.store
-
-    def stopService(self) -> Deferred[None]:
-        Service.stopService(self)
-        stopping: Deferred[Any] = maybeDeferred(self.web_service.stopService)
-        stopping.addCallback(lambda _: self._wait_until(
-            lambda: all(site.receiving + site.in_flight == 0 for site in self.sites),
-            self.grace, "stopping with requests still in flight"))
-        stopping.addCallback(lambda _: self._close_connections())
-        stopping.addCallback(lambda _: self.store_service.stopService())
-        return stopping
-
-    def _close_connections(self) -> Deferred[None]:
-        """Close every connection gently (answers already written are flushed
-        first), so the last acknowledgements reach their clients."""
-        for site in self.sites:
-            for channel in list(site.connections):
-                channel.loseConnection()
-        return self._wait_until(lambda: not any(site.connections for site in self.sites),
-                                CLOSE_GRACE, "connections did not close in time")
-
-    def _wait_until(self, done: Callable[[], bool], seconds: float,
-                    warning: str) -> Deferred[None]:
-        """Fires when C{done()} is true, or after C{seconds} (logging C{warning})."""
-        deadline = self.clock.seconds() + seconds
-        finished: Deferred[None] = Deferred()
-
-        def check() -> None:
-            if done():
-                finished.callback(None)
-            elif self.clock.seconds() >= deadline:
-                log.warn(warning)
-                finished.callback(None)
-            else:
-                self.clock.callLater(0.05, check)
-
-        check()
-        return finished
-
-
 class HostedListeners(MultiService):
     """Hosted mode's two listeners, started and stopped together: the state
     lane (C{state}) and the control API (C{control}, a L{ControlSite} on
     C{--control-listen})."""
 
     def __init__(self, state: IService, settings: Settings, store: IStateStore,
-                 reactor: Any, state_listening: ListeningEndpoint | None = None) -> None:
+                 reactor: Any, state_listening: ListeningEndpoint | None = None,
+                 refusals: Any = None) -> None:
         super().__init__()
         self.settings = settings
         self.state = state
@@ -473,8 +374,11 @@ class HostedListeners(MultiService):
             build_control_root(api), max_body_bytes=MAX_CONTROL_BODY_BYTES,
             request_timeout=settings.request_timeout,
             trusted_proxies=parse_networks(settings.trusted_proxies),
+            edge=settings.edge, listener="control", refusals=refusals,
             timeout=settings.idle_timeout, reactor=reactor)
-        control = endpoint_service(settings.control_listen, self.control_site, reactor=reactor)
+        control = endpoint_service(
+            with_backlog(settings.control_listen, settings.edge.listen_backlog),
+            self.control_site, reactor=reactor)
         #: The control API's listening port, once listening.
         self.control_listening = keeping_port(control)
         self.control: IService = control
@@ -504,6 +408,15 @@ class HostedListeners(MultiService):
         return int(found.group(1)) if found else None
 
 
+def native_options(settings: Settings, store: IStateStore, reactor: Any) -> NativeOptions:
+    """The native API's write side: operations run by this process, upload
+    sessions up to the body limit."""
+    pause = (None if settings.testing_operation_pause_file is None
+             else pause_while_file_exists(settings.testing_operation_pause_file, reactor))
+    return NativeOptions(runner=OperationRunner(store, reactor, pause=pause),
+                         max_state_bytes=settings.max_body_bytes)
+
+
 def make_service_from_settings(settings: Settings, reactor: Any = None,
                                store: IStateStore | None = None) -> KilolockService:
     """The whole server: the store service, then the HTTP listener."""
@@ -522,22 +435,26 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
                        session_seconds=settings.ui_session_seconds),
                    public_url=settings.public_url,
                    retention=RetentionPolicy(settings.retention_versions,
-                                             settings.retention_days)),
+                                             settings.retention_days),
+                   native=native_options(settings, store, reactor)),
         max_body_bytes=settings.max_body_bytes,
         request_timeout=settings.request_timeout,
         trusted_proxies=parse_networks(settings.trusted_proxies),
         metrics=metrics,
+        edge=settings.edge,
         timeout=settings.idle_timeout,
         reactor=reactor,
     )
-    listener = (endpoint_service(settings.listen, site, reactor=reactor)
+    listen = with_backlog(settings.listen, settings.edge.listen_backlog)
+    listener = (endpoint_service(listen, site, reactor=reactor)
                 if settings.tls_client_ca is None
-                else mtls_service(reactor, settings.listen, settings.tls_client_ca, site))
+                else mtls_service(reactor, listen, settings.tls_client_ca, site))
     listening = keeping_port(listener)
     web: IService = listener
     sites = [site]
     if settings.auth_mode == "database":
-        hosted = HostedListeners(listener, settings, store, reactor, listening)
+        hosted = HostedListeners(listener, settings, store, reactor, listening,
+                                 refusals=metrics.refusals)
         sites.append(hosted.control_site)
         web = hosted
     pruning = retention_service(store, settings.retention_versions, settings.retention_days,

@@ -14,9 +14,12 @@ Accepted bodies (UTF-8 JSON, no byte order mark):
      A body with an C{encrypted_data} or C{encryption_version} key is treated
      as an envelope.
 
-Anything else raises L{InvalidState}.  Error messages name what is wrong by
-position (C{resources[2].instances[0].index_key}) and JSON type, never by
-content: no value, name or key from the body is ever echoed.
+Anything else raises L{InvalidState}; a body nested deeper than
+L{kilolock.text_rules.MAX_JSON_DEPTH} raises L{InvalidText} (C{too_deep}):
+the one text rule a state is held to (its bytes are stored as they are).
+Error messages name what is wrong by position
+(C{resources[2].instances[0].index_key}) and JSON type, never by content: no
+value, name or key from the body is ever echoed.
 
 The projection of a v4 state is L{kilolock.tfstate_projection.project_state}'s
 (re-exported here with L{REDACTED}).  Text taken from the body into fields is
@@ -32,13 +35,15 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kilolock.errors import InvalidState
+from kilolock.errors import InvalidState, InvalidText
 from kilolock.model import ParsedState
+from kilolock.text_rules import MAX_JSON_DEPTH, TOO_DEEP, check_depth
 from kilolock.tfstate_json import clean_text, is_json_integer, json_kind
 from kilolock.tfstate_projection import StreamedResources, project_state
 from kilolock.tfstate_redaction import REDACTED
 
-__all__ = ["PIECEWISE_THRESHOLD", "REDACTED", "is_envelope", "parse_state", "project_state"]
+__all__ = ["JSON_DECODER", "JSON_WHITESPACE", "PIECEWISE_THRESHOLD", "REDACTED",
+           "SUPPORTED_VERSION", "is_envelope", "parse_state", "project_state"]
 
 SUPPORTED_VERSION = 4
 MAX_SERIAL = 2**63 - 1  # what a signed 64-bit database column holds
@@ -106,30 +111,37 @@ def _load(raw: bytes, streamed: StreamedResources | None = None) -> Any:
     try:
         if len(text) >= PIECEWISE_THRESHOLD:
             return _decode_piecewise(text, streamed)
-        return _DECODER.decode(text)
+        doc = JSON_DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise InvalidState(
             f"the body is not valid JSON (error at line {exc.lineno}, column {exc.colno})"
         ) from None
     except RecursionError:
-        raise InvalidState("the body is not valid JSON (nested too deeply)") from None
+        raise InvalidText(TOO_DEEP, f"{_WHAT} nests deeper than {MAX_JSON_DEPTH} levels"
+                          ) from None
     except ValueError:  # _reject_constant, or an integer with too many digits
         raise InvalidState("the body is not valid JSON") from None
+    check_depth(text, 0, len(text), doc, 0, _WHAT)
+    return doc
+
+
+#: How depth errors name a state body.
+_WHAT = "the state"
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError("NaN and Infinity are not JSON")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
+JSON_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+JSON_WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 #: Bodies at least this long (in characters) are decoded piece by piece.
 PIECEWISE_THRESHOLD = 1 << 20
 
 
 def _skip(text: str, position: int) -> int:
-    match = _WHITESPACE.match(text, position)
+    match = JSON_WHITESPACE.match(text, position)
     assert match is not None
     return match.end()
 
@@ -150,7 +162,9 @@ def _decode_piecewise(text: str, streamed: StreamedResources | None = None) -> A
     """
     position = _skip(text, 0)
     if text[position:position + 1] != "{":
-        return _DECODER.decode(text)
+        other = JSON_DECODER.decode(text)
+        check_depth(text, 0, len(text), other, 0, _WHAT)
+        return other
     doc: dict[str, Any] = {}
     position = _skip(text, position + 1)
     if text[position:position + 1] == "}":
@@ -160,7 +174,7 @@ def _decode_piecewise(text: str, streamed: StreamedResources | None = None) -> A
             if text[position:position + 1] != '"':
                 raise json.JSONDecodeError(
                     "Expecting property name enclosed in double quotes", text, position)
-            key, position = _DECODER.raw_decode(text, position)
+            key, position = JSON_DECODER.raw_decode(text, position)
             position = _skip(text, position)
             if text[position:position + 1] != ":":
                 raise json.JSONDecodeError("Expecting ':' delimiter", text, position)
@@ -172,7 +186,9 @@ def _decode_piecewise(text: str, streamed: StreamedResources | None = None) -> A
                 else:
                     doc[key], position = _decode_array(text, position)
             else:
-                doc[key], position = _DECODER.raw_decode(text, position)
+                start = position
+                doc[key], position = JSON_DECODER.raw_decode(text, position)
+                check_depth(text, start, position, doc[key], 1, _WHAT)
             position = _skip(text, position)
             delimiter = text[position:position + 1]
             position = _skip(text, position + 1)
@@ -204,7 +220,9 @@ def _decode_array_into(text: str, position: int, consume: Callable[[Any], None])
     if text[position:position + 1] == "]":
         return position + 1
     while True:
-        item, position = _DECODER.raw_decode(text, position)
+        start = position
+        item, position = JSON_DECODER.raw_decode(text, position)
+        check_depth(text, start, position, item, 2, _WHAT)
         consume(item)
         del item
         position = _skip(text, position)

@@ -1,10 +1,10 @@
 """JSON values read from a state body: their kind for error messages, their
-compact text for the projection, and text made safe for a database column.
+compact text for the projection, and text made safe for a database column
+(L{clean_text}, decided in L{kilolock.text_rules}).
 Pure functions, no Twisted, no I/O."""
 
 from __future__ import annotations
 
-import math
 import re
 
 # c_make_encoder is CPython's C encoder, private to the json module: the public
@@ -14,10 +14,9 @@ import re
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
-__all__ = ["clean_text", "compact_json", "is_json_integer", "json_kind"]
+from kilolock.text_rules import clean_text
 
-_UNSAFE_TEXT = re.compile("[\x00\ud800-\udfff]")
-_SURROGATES = re.compile("[\ud800-\udfff]")
+__all__ = ["clean_text", "compact_json", "is_json_integer", "json_kind"]
 
 
 def _not_json(value: Any) -> Any:
@@ -36,30 +35,23 @@ _ENCODE_WITH_NAN = c_make_encoder(None, _not_json, encode_basestring_ascii, None
 def compact_json(value: Any) -> str:
     """C{value} as compact, key-sorted, ASCII JSON text.  A number beyond a
     double's range (decoded as infinity) is written as the string
-    C{"Infinity"} or C{"-Infinity"}; a NaN (only a caller's document can hold
-    one: the decoder refuses it) as C{NaN}."""
+    C{"Infinity"} or C{"-Infinity"}, a NaN (only a caller's document can
+    hold one: the decoder refuses it) as C{"NaN"}.  No recursion in Python:
+    any depth the C encoder takes is fine."""
     try:
         return "".join(_ENCODE(value, 0))
     except ValueError:  # an infinity or a NaN
-        return "".join(_ENCODE_WITH_NAN(_infinities_as_text(value), 0))
+        return _BARE_CONSTANT.sub(_quote_constant, "".join(_ENCODE_WITH_NAN(value, 0)))
 
 
-def _infinities_as_text(value: Any) -> Any:
-    if isinstance(value, float) and math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    if isinstance(value, dict):
-        return {key: _infinities_as_text(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_infinities_as_text(item) for item in value]
-    return value
+#: A string of compact ASCII JSON (kept as it is), or a constant the encoder
+#: wrote bare outside any string.
+_BARE_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|-?Infinity|NaN')
 
 
-def clean_text(text: str) -> str:
-    """Replace what a database text column refuses (NUL, lone surrogates)
-    with U+FFFD."""
-    if "\x00" not in text and (text.isascii() or not _SURROGATES.search(text)):
-        return text
-    return _UNSAFE_TEXT.sub("\ufffd", text)
+def _quote_constant(match: re.Match[str]) -> str:
+    token = match.group()
+    return token if token.startswith('"') else f'"{token}"'
 
 
 def is_json_integer(value: Any) -> bool:

@@ -23,7 +23,9 @@ The projection (L{project_state}):
 
 Errors name what is wrong by position (C{resources[2].instances[0].index_key})
 and JSON type, never by content.  Text taken from the body into row fields is
-made safe for any database text column (L{clean_text}).
+made safe for any database text column (L{clean_text}), and the JSON text of
+attributes, index keys and outputs for jsonb (L{clean_json_text}): NUL and
+unpaired surrogates become U+FFFD, in every store alike.
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ from typing import Any
 
 from kilolock.errors import InvalidState
 from kilolock.model import DependencyRow, OutputRow, Projection, ResourceRow
+from kilolock.text_rules import clean_json_text
 from kilolock.tfstate_json import clean_text, compact_json, is_json_integer, json_kind
 from kilolock.tfstate_redaction import redact, redact_flat, sensitive_paths
 
-__all__ = ["StreamedResources", "project_state"]
+__all__ = ["StreamedResources", "hcl_quote", "project_state"]
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
@@ -141,8 +144,8 @@ def _project_resource(
                 type=type_,
                 name=name,
                 provider=provider,
-                index_key=None if key is None else json.dumps(key),
-                deposed=_optional_text(instance, "deposed", at) or None,
+                index_key=None if key is None else clean_json_text(json.dumps(key)),
+                deposed=clean_text(_optional_text(instance, "deposed", at) or "") or None,
                 attributes=_attributes(instance, at),
             )
         )
@@ -188,8 +191,8 @@ def _project_outputs(outputs: Any) -> tuple[OutputRow, ...]:
         rows.append(
             OutputRow(
                 name=clean_text(name),
-                type=compact_json(output["type"]) if "type" in output else None,
-                value=None if sensitive else compact_json(output.get("value")),
+                type=clean_json_text(compact_json(output["type"])) if "type" in output else None,
+                value=None if sensitive else clean_json_text(compact_json(output.get("value"))),
                 sensitive=sensitive,
             )
         )
@@ -226,10 +229,10 @@ def _key_suffix(key: int | str | None) -> str:
         return ""
     if isinstance(key, int):
         return f"[{key}]"
-    return "[" + _hcl_quote(_SURROGATES.sub("\ufffd", key)) + "]"
+    return "[" + hcl_quote(_SURROGATES.sub("\ufffd", key)) + "]"
 
 
-def _hcl_quote(text: str) -> str:
+def hcl_quote(text: str) -> str:
     """Quote C{text} like Terraform's C{addrs.StringKey.String}: HCL string
     syntax, template introducers doubled, non-printable runes escaped."""
     out = ['"']
@@ -274,8 +277,8 @@ def _attributes(instance: dict[str, Any], at: _At) -> str:
             raise InvalidState(
                 f"{_describe(at)}.attributes must be a JSON object, not {json_kind(attrs)}")
         if sensitive is None or sensitive == []:  # the usual case: nothing to redact
-            return compact_json(attrs)
-        return compact_json(redact(attrs, sensitive_paths(sensitive)))
+            return clean_json_text(compact_json(attrs))
+        return clean_json_text(compact_json(redact(attrs, sensitive_paths(sensitive))))
     paths = sensitive_paths(sensitive)
     flat = instance.get("attributes_flat")
     if flat is not None:
@@ -283,5 +286,5 @@ def _attributes(instance: dict[str, Any], at: _At) -> str:
             raise InvalidState(
                 f"{_describe(at)}.attributes_flat must be a JSON object, not {json_kind(flat)}"
             )
-        return compact_json(redact_flat(flat, paths))
+        return clean_json_text(compact_json(redact_flat(flat, paths)))
     return "{}"

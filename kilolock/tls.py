@@ -24,6 +24,7 @@ from twisted.internet.interfaces import IProtocolFactory
 from twisted.python.filepath import FilePath
 
 from kilolock.model import Principal
+from kilolock.text_rules import clean_text
 
 #: The name the open auth mode gives every caller (see L{kilolock.auth.OpenChecker}).
 ANONYMOUS = "anonymous"
@@ -152,10 +153,12 @@ def client_certificate_name(request: Any) -> str | None:
 def with_client_certificate(principal: Principal, request: Any) -> Principal:
     """C{principal} naming the client certificate, if any, for the audit
     trail: C{cert:CN} in the open auth mode, C{<token name> cert:CN} when a
-    token decided the tenant."""
+    token decided the tenant.  What a database cannot hold in the name (NUL,
+    an unpaired surrogate) is U+FFFD: a certificate is never refused for it."""
     common_name = client_certificate_name(request)
     if common_name is None:
         return principal
+    common_name = clean_text(common_name)
     name = f"cert:{common_name}" if principal.name == ANONYMOUS \
         else f"{principal.name} cert:{common_name}"
     return evolve(principal, name=name)

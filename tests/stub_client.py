@@ -15,6 +15,7 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.endpoints import TCP4ClientEndpoint
 from twisted.internet.interfaces import IConsumer, IStreamClientEndpoint
+from twisted.internet.task import deferLater
 from twisted.internet.testing import MemoryReactorClock
 from twisted.test import iosim
 from twisted.web.client import URI, Agent
@@ -93,6 +94,27 @@ class SiteClient:
 
     def request(self, method: str, path: str, body: bytes | None = None,
                 headers: dict[str, str] | None = None) -> Reply:
+        pending, pump = self._send(method, path, body, headers)
+        response: IResponse = _result(pending, pump)
+        content = _result(treq.content(response), pump)
+        return _reply(response, content)
+
+    async def request_live(self, clock: Any, method: str, path: str,
+                           body: bytes | None = None,
+                           headers: dict[str, str] | None = None) -> Reply:
+        """L{request} for a tree whose store answers on the real reactor
+        C{clock} (the PostgreSQL store): the connection is pumped until the
+        answer is there, C{clock} running in between.
+
+        @return: (awaited) the L{Reply}.
+        """
+        pending, pump = self._send(method, path, body, headers)
+        response: IResponse = await _live_result(pending, pump, clock)
+        content = await _live_result(treq.content(response), pump, clock)
+        return _reply(response, content)
+
+    def _send(self, method: str, path: str, body: bytes | None,
+              headers: dict[str, str] | None) -> tuple[Deferred[Any], iosim.IOPump]:
         sent = Headers({name: [value] for name, value in (headers or {}).items()})
         pending = self.agent.request(method.encode(), b"http://kilolock.test" + path.encode(),
                                      sent, None if body is None else _Body(body))
@@ -104,11 +126,33 @@ class SiteClient:
                                         hostAddress=IPv4Address("TCP", "127.0.0.1", 80),
                                         peerAddress=IPv4Address("TCP", "127.0.0.1", 31337)),
             client, iosim.FakeTransport(client, isServer=False))
-        response: IResponse = _result(pending, pump)
-        content = _result(treq.content(response), pump)
-        raw_headers = {name.lower(): list(values)
-                       for name, values in response.headers.getAllRawHeaders()}
-        return Reply(response.code, response.phrase, raw_headers, content)
+        return pending, pump
+
+
+def _reply(response: IResponse, content: bytes) -> Reply:
+    raw_headers = {name.lower(): list(values)
+                   for name, values in response.headers.getAllRawHeaders()}
+    return Reply(response.code, response.phrase, raw_headers, content)
+
+
+#: How many times L{_live_result} lets the real reactor run for one answer.
+_LIVE_ROUNDS = 20000
+
+
+async def _live_result(pending: Deferred[Any], pump: iosim.IOPump, clock: Any) -> Any:
+    """What C{pending} fires with, pumping the connection and letting the
+    real reactor C{clock} run until it has."""
+    result: list[Any] = []
+    pending.addBoth(result.append)
+    for _ in range(_LIVE_ROUNDS):
+        pump.flush()
+        if result:
+            break
+        await deferLater(clock, 0.001, lambda: None)
+    assert result, "no response"
+    if hasattr(result[0], "raiseException"):
+        result[0].raiseException()
+    return result[0]
 
 
 def _result(pending: Deferred[Any], pump: iosim.IOPump) -> Any:

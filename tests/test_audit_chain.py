@@ -11,9 +11,13 @@ from attrs import evolve
 from kilolock.audit import (
     ALTERED,
     GENESIS,
+    GENESIS_HEAD,
+    HEAD_MISMATCH,
     MISSING,
     NOT_GENESIS,
+    TRUNCATED,
     UNLINKED,
+    ChainHead,
     event_hash,
     first_broken_link,
     unchained_event,
@@ -96,3 +100,62 @@ def test_a_filtered_selection_checks_hashes_and_the_links_it_holds() -> None:
     unlinked = verify_chain([events[1], rehashed(events[2], prev_hash="e" * 64)],
                             complete=False)
     assert unlinked is not None and (unlinked.problem, unlinked.seq) == (UNLINKED, 3)
+
+
+# -- the head: truncation and rewrites -------------------------------------------------
+
+
+def head_of(events: list[AuditEvent]) -> ChainHead:
+    return ChainHead(events[-1].seq, events[-1].hash) if events else GENESIS_HEAD
+
+
+def test_a_chain_that_reaches_its_heads_verifies() -> None:
+    """The recorded head at the end, a pinned head earlier, events appended
+    after a head: all fine; so is an empty chain with the genesis head."""
+    events = chain(6)
+    assert verify_chain(events, heads=[head_of(events), head_of(events[:3])]) is None
+    assert verify_chain(events, heads=[head_of(events[:4])]) is None
+    assert verify_chain([], heads=[GENESIS_HEAD]) is None
+
+
+def test_deleting_the_newest_events_is_truncation() -> None:
+    """The newest events deleted, the head kept: every link still verifies,
+    but the chain ends before its head -- truncated, at the first missing
+    seq; with every event gone too."""
+    events = chain(6)
+    head = head_of(events)
+    broken = verify_chain(events[:4], heads=[head])
+    assert broken is not None
+    assert (broken.problem, broken.seq, broken.head) == (TRUNCATED, 5, head)
+    assert broken.event == events[3]
+    assert broken.reason() == ("the chain ends at event seq 4 but its head is seq 6: the"
+                               " events after seq 4 are missing (truncated)")
+    emptied = verify_chain([], heads=[head])
+    assert emptied is not None and (emptied.problem, emptied.seq) == (TRUNCATED, 1)
+
+
+def test_a_rewritten_chain_misses_its_pinned_head() -> None:
+    """A chain rewritten from some event on (re-hashed and re-linked, so every
+    link verifies) no longer passes through a head pinned before: the event
+    at the pinned seq has another hash."""
+    events = chain(5)
+    pinned = head_of(events[:4])
+    forged = [*events[:2]]
+    for event in events[2:]:
+        forged.append(rehashed(event, principal="mallory", prev_hash=forged[-1].hash))
+    assert verify_chain(forged) is None
+    assert verify_chain(forged, heads=[head_of(forged)]) is None
+    broken = verify_chain(forged, heads=[head_of(forged), pinned])
+    assert broken is not None and (broken.problem, broken.seq, broken.head) == (
+        HEAD_MISMATCH, 4, pinned)
+    assert "mallory" not in broken.reason()
+
+
+def test_chain_heads_are_written_and_read_as_seq_colon_hash() -> None:
+    """SEQ:HASH both ways; anything else is a ValueError naming the form."""
+    head = ChainHead(42, "ab" * 32)
+    assert ChainHead.parse(str(head)) == head == ChainHead.parse(f" {head}\n")
+    for text in ("42", "42:", "x:" + "ab" * 32, "42:" + "AB" * 32, "42:abc", "-1:" + "0" * 64,
+                 "\u0664\u0662:" + "ab" * 32):
+        with pytest.raises(ValueError, match="SEQ:HASH"):
+            ChainHead.parse(text)

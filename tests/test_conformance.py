@@ -4,6 +4,11 @@
   - encoded-slash-is-refused
   - lock-bound-to-its-state
   - foreign-handle-looks-missing
+  - operation-bound-to-its-creating-principal
+  - upload-session-bound-to-its-creating-principal
+  - artifact-digest-is-not-a-capability (the decision record's name), also
+    run as version-digest-is-not-a-capability (the contract's name for the
+    same rule applied to Kilolock's version bytes)
 
 By default each check runs against a fresh local server in database mode on
 each store.  To run them against any live Kilolock in database mode, set:
@@ -21,6 +26,7 @@ and delete them, with their states, when done:
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import os
@@ -255,3 +261,115 @@ def test_conformance_foreign_handle_looks_missing(target: Target) -> None:
     held = target.as_a("LOCK", "/v1/states/shared", lock_body("probe"))
     assert held.status == 423 and json.loads(held.body)["ID"] == "alpha-lock"
 
+
+
+# -- handles of the native lane (decision record 0018, rules 2 and 3) -------------
+
+
+def _native(target: Target) -> str:
+    """The native lane's base path (the checks below need it)."""
+    for lane in target.request("GET", "/.well-known/kilolock").json()["lanes"]:
+        if lane.get("name") == "kilolock-native":
+            return str(lane["basePath"])
+    pytest.skip("the server offers no kilolock-native lane")
+
+
+def _second_writer(target: Target) -> dict[str, str]:
+    """Basic credentials of another write token of tenant A (another principal)."""
+    issued = target.control.ok("POST", f"/tenants/{target.a.slug}/tokens",
+                               {"name": f"second-{uuid.uuid4().hex[:6]}",
+                                "environment": "default"}, 201)
+    return target.a.auth(issued["token_secret"])
+
+
+def _json_body(document: object) -> bytes:
+    return json.dumps(document).encode()
+
+
+def test_conformance_operation_bound_to_its_creating_principal(target: Target) -> None:
+    """operation-bound-to-its-creating-principal: reading or cancelling an
+    operation from another principal of its tenant, or from another tenant,
+    is answered exactly as for an id that never existed (404, same bytes),
+    never 403; the operation is untouched and its creator still reads it."""
+    base = _native(target)
+    a = target.a
+    assert target.as_a("POST", "/v1/states/handles", state_body(1)).status == 200
+    started = target.request("POST", f"{base}/operations", _json_body({
+        "kind": "rm", "state": "handles", "addresses": ["terraform_data.example"]}),
+        a.auth(a.write))
+    assert started.status == 202, started
+    operation = started.json()["id"]
+    never = "op_" + "0" * 24
+    for stranger in (_second_writer(target), target.b.auth(target.b.write)):
+        for method, suffix in (("GET", ""), ("DELETE", ""), ("POST", "/cancel")):
+            theirs = target.request(method, f"{base}/operations/{operation}{suffix}", None,
+                                    stranger)
+            nobodys = target.request(method, f"{base}/operations/{never}{suffix}", None,
+                                     stranger)
+            assert theirs.status == 404 and _same_answer(theirs, nobodys), (method, suffix)
+    mine = target.request("GET", f"{base}/operations/{operation}", None, a.auth(a.write))
+    assert mine.status == 200 and mine.json()["cancelRequested"] is False
+
+
+def test_conformance_upload_session_bound_to_its_creating_principal(target: Target) -> None:
+    """upload-session-bound-to-its-creating-principal: reading, continuing,
+    committing or abandoning an upload session from another principal or
+    tenant is answered exactly as for an id that never existed; the
+    session keeps what its creator sent, and its creator commits it."""
+    base = _native(target)
+    a = target.a
+    raw = state_body(7)
+    opened = target.request("POST", f"{base}/uploads", _json_body({
+        "state": "uploaded", "size": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}),
+        a.auth(a.write))
+    assert opened.status == 201, opened
+    upload = opened.json()["id"]
+    assert target.request("PUT", f"{base}/uploads/{upload}?offset=0", raw[:50],
+                          a.auth(a.write)).status == 200
+    never = "up_" + "0" * 24
+    actions = [("GET", "", None), ("PUT", "?offset=50", raw[50:]),
+               ("POST", "/commit", None), ("DELETE", "", None)]
+    for stranger in (_second_writer(target), target.b.auth(target.b.write)):
+        for method, suffix, body in actions:
+            theirs = target.request(method, f"{base}/uploads/{upload}{suffix}", body, stranger)
+            nobodys = target.request(method, f"{base}/uploads/{never}{suffix}", body, stranger)
+            assert theirs.status == 404 and _same_answer(theirs, nobodys), (method, suffix)
+    session = target.request("GET", f"{base}/uploads/{upload}", None, a.auth(a.write)).json()
+    assert session["received"] == [[0, 50]]
+    assert target.request("PUT", f"{base}/uploads/{upload}?offset=50", raw[50:],
+                          a.auth(a.write)).status == 200
+    assert target.request("POST", f"{base}/uploads/{upload}/commit", None,
+                          a.auth(a.write)).status == 200
+    assert target.as_a("GET", "/v1/states/uploaded").body == raw
+
+
+def _digest_check(target: Target) -> None:
+    base = _native(target)
+    raw = state_body(5, lineage=str(uuid.uuid4()))
+    digest = hashlib.sha256(raw).hexdigest()
+    path, never = f"{base}/blobs/{digest}", f"{base}/blobs/{'0' * 64}"
+    b = target.b.auth(target.b.read)
+    before = target.request("GET", path, None, b)
+    assert target.as_a("POST", "/v1/states/digested", raw).status == 200
+    theirs, nobodys = target.request("GET", path, None, b), target.request("GET", never, None, b)
+    assert theirs.status == 404 and _same_answer(theirs, nobodys) and _same_answer(before,
+                                                                                  theirs)
+    for credentials in (target.a.auth(target.a.read), _second_writer(target)):
+        held = target.request("GET", path, None, credentials)
+        assert held.status == 200 and held.body == raw
+    assert target.as_b("POST", "/v1/states/same-bytes", raw).status == 200
+    assert target.request("GET", path, None, b).body == raw
+
+
+def test_conformance_artifact_digest_is_not_a_capability(target: Target) -> None:
+    """artifact-digest-is-not-a-capability: version bytes addressed by their
+    SHA-256 answer only a tenant that holds them (any of its principals);
+    another tenant naming the digest gets what a digest nobody stored gets,
+    until it writes those bytes itself."""
+    _digest_check(target)
+
+
+def test_conformance_version_digest_is_not_a_capability(target: Target) -> None:
+    """version-digest-is-not-a-capability: the contract's name for the same
+    rule (a state version's digest is the artifact Kilolock addresses)."""
+    _digest_check(target)

@@ -339,12 +339,15 @@ def test_post_query_is_parsed_not_matched(client: StubClient) -> None:
 
 def test_id_is_read_like_every_query_parameter(client: StubClient) -> None:
     """?ID= is read by the one rule of every lane: the last value wins, and
-    one that is not UTF-8 is a 400 naming it (nothing stored)."""
+    one that is not UTF-8 or holds a NUL is a 400 naming the text rule and
+    the parameter (nothing stored)."""
     locked(client, "a")
     assert client.post(STATE + "?ID=b&ID=a", state_body(1)).status == 200
-    reply = client.post(STATE + "?ID=%FF", state_body(2))
-    assert (reply.status, reply.error_code) == (400, "bad_request")
-    assert "ID" in reply.json()["error"]["message"]
+    for value, rule in (("%FF", "invalid_unicode"), ("a%00", "nul_character")):
+        reply = client.post(STATE + "?ID=" + value, state_body(2))
+        assert (reply.status, reply.error_code) == (400, rule)
+        assert reply.json()["error"]["field"] == "ID"
+        assert "ID" in reply.json()["error"]["message"]
     assert client.get(STATE).body == state_body(1)
 
 

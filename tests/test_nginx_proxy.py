@@ -123,9 +123,13 @@ class Nginx:
     """One nginx process running the derived docs/nginx.conf in C{directory}."""
 
     def __init__(self, binary: str, upstream_port: int, directory: Path,
-                 tls_files: tuple[Path, Path] | None = None) -> None:
-        """C{tls_files}: (certificate, key) to serve HTTPS too, on L{tls_port}."""
+                 tls_files: tuple[Path, Path] | None = None,
+                 body_limit: str | None = None) -> None:
+        """C{tls_files}: (certificate, key) to serve HTTPS too, on L{tls_port};
+        C{body_limit}: another client_max_body_size than the shipped one
+        (an edge with a small limit, e.g. C{10m})."""
         self.binary = binary
+        self.body_limit = body_limit
         self.upstream_port = upstream_port
         self.directory = directory
         self.tls_files = tls_files
@@ -166,8 +170,13 @@ class Nginx:
                 self.tls_port = free_port()
                 tls = NginxTls(self.tls_port, *self.tls_files)
             config = self.directory / "nginx.conf"
-            config.write_text(derive_config(NGINX_CONF.read_text(), self.upstream_port,
-                                            self.port, self.directory, tls))
+            text = derive_config(NGINX_CONF.read_text(), self.upstream_port, self.port,
+                                 self.directory, tls)
+            if self.body_limit is not None:
+                assert text.count("client_max_body_size 256m;") == 1
+                text = text.replace("client_max_body_size 256m;",
+                                    f"client_max_body_size {self.body_limit};")
+            config.write_text(text)
             globals_ = (f"daemon off; pid {self.directory / 'nginx.pid'};"
                         f" error_log {self.error_log} info;")
             with (self.directory / "nginx.out").open("wb") as out:
@@ -261,8 +270,10 @@ def nginx_factory(tmp_path: Path) -> Iterator[NginxFactory]:
     binary = NGINX
     started: list[Nginx] = []
 
-    def factory(upstream_port: int, tls_files: tuple[Path, Path] | None = None) -> Nginx:
-        proxy = Nginx(binary, upstream_port, tmp_path / f"nginx-{len(started)}", tls_files)
+    def factory(upstream_port: int, tls_files: tuple[Path, Path] | None = None,
+                body_limit: str | None = None) -> Nginx:
+        proxy = Nginx(binary, upstream_port, tmp_path / f"nginx-{len(started)}", tls_files,
+                      body_limit)
         started.append(proxy)
         return proxy.start()
 

@@ -92,8 +92,9 @@ def test_makeService_builds_the_store_service_then_the_listener(
     (started first, stopped last), then the HTTP endpoint service."""
     from twisted.application.internet import StreamServerEndpointService
 
+    from kilolock.services import StoreService
     from kilolock.store.memory import MemoryStateStore
-    from kilolock.tap import Options, StoreService, makeService
+    from kilolock.tap import Options, makeService
 
     for name in [name for name in os.environ if name.startswith("KL_")]:
         monkeypatch.delenv(name)

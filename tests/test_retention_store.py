@@ -291,6 +291,20 @@ async def test_purging_a_version_leaves_a_tombstone_and_an_event(store: Any,
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_purged_version_is_no_longer_found_by_its_digest(store: Any,
+                                                                 clock: FakeClock) -> None:
+    """The native lane's blobs find a version by its sha256: a tombstone's
+    bytes are gone, so its digest leads nowhere (404), while the versions
+    still stored are found."""
+    await daily_history(store, clock, 3)
+    before = await store.list_versions(KEY)
+    assert await store.find_digest(DEFAULT_TENANT, before[0].sha256) == [(KEY.path, 1)]
+    await store.purge_version(KEY, 1, "leaked a database password", ADMIN)
+    assert await store.find_digest(DEFAULT_TENANT, before[0].sha256) == []
+    assert await store.find_digest(DEFAULT_TENANT, before[1].sha256) == [(KEY.path, 2)]
+
+
+@pytest_twisted.ensureDeferred
 async def test_what_cannot_be_purged(store: Any, clock: FakeClock) -> None:
     """The current version (409: roll back first), a tombstone (410), a
     version or state that does not exist (404)."""

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from stub_client import state_body
 
-from kilolock.errors import EncryptedState
+from kilolock.errors import EncryptedState, InvalidState
 from kilolock.statediff import diff_states, format_path, outputs_of, restore_body
 from kilolock.tfstate import parse_state
 
@@ -80,7 +80,8 @@ def test_deposed_objects_and_flat_attributes_are_compared_too() -> None:
     new = body(instance({"id": "b"}), instance({"id": "a"}, deposed="00abcdef"))
     resources = diff_states(old, new)["resources"]
     assert resources["added"] == [{"address": "terraform_data.r", "deposed": "00abcdef"}]
-    assert resources["changed"][0]["changes"] == [{"path": "id", "before": "a", "after": "b"}]
+    assert resources["changed"] == [{"address": "terraform_data.r", "action": "replace",
+                                     "changes": [{"path": "id", "before": "a", "after": "b"}]}]
     flat_old = body({"schema_version": 0, "attributes_flat": {"id": "a", "tags.%": "0"}})
     flat_new = body({"schema_version": 0, "attributes_flat": {"id": "a", "tags.%": "1"}})
     assert diff_states(flat_old, flat_new)["resources"]["changed"][0]["changes"] == [
@@ -111,18 +112,29 @@ def test_encrypted_versions_cannot_be_read() -> None:
         restore_body(ENVELOPE, 3, "l")
 
 
-def test_restore_body_sets_serial_and_lineage_in_terraform_layout() -> None:
-    """Key order and content are kept; serial and lineage replaced; 2-space
-    indent and a final newline, non-ASCII written as UTF-8."""
+def test_restore_body_replaces_only_serial_and_lineage() -> None:
+    """Every byte of the version is kept -- layout, key order, escapes,
+    non-ASCII -- but the values of its top-level serial and lineage."""
     original = state_body(4, resources=[{"mode": "managed", "type": "t", "name": "ü",
                                          "provider": "p", "instances": []}])
     restored = restore_body(original, 9, "new-lineage")
-    assert restored.endswith(b"}\n") and "ü".encode() in restored
-    document = json.loads(original)
-    document.update(serial=9, lineage="new-lineage")
-    assert restored == json.dumps(document, indent=2, ensure_ascii=False).encode() + b"\n"
-    assert list(json.loads(restored)) == list(json.loads(original))
+    assert restored == original.replace(b'"serial": 4', b'"serial": 9').replace(
+        b'"lineage": "7b1d5c1e-0000-4000-8000-000000000001"', b'"lineage": "new-lineage"')
     assert parse_state(restored).serial == 9
+    compact = b'{"serial":1,"lineage":"a","version":4,"x":"\\ud800 \\u0000","n":1e400}'
+    assert restore_body(compact, 2, "b") == (
+        b'{"serial":2,"lineage":"b","version":4,"x":"\\ud800 \\u0000","n":1e400}')
+
+
+def test_restore_body_keeps_any_nesting_and_refuses_what_is_no_state() -> None:
+    """A version nested to the limit restores (no re-serialising recursion);
+    a body that is no JSON object with a serial and lineage is InvalidState."""
+    deep = (b'{"version": 4, "serial": 1, "lineage": "l", "outputs": {"o": {"value": '
+            + b"[" * 500 + b"]" * 500 + b"}}}")
+    assert json.loads(restore_body(deep, 2, "l"))["serial"] == 2
+    for bad in (b"[1]", b'{"serial": 1}', b'{"serial": 1, "lineage": "l"} x', b"\xff"):
+        with pytest.raises(InvalidState):
+            restore_body(bad, 2, "l")
 
 
 def test_dynamic_value_wrappers_are_looked_through() -> None:
@@ -140,3 +152,24 @@ def test_dynamic_value_wrappers_are_looked_through() -> None:
     retyped = diff_states(wrapped("1"), wrapped(1, "number"))["resources"]["changed"]
     assert retyped[0]["changes"] == [{"path": "input", "before": {"value": "1", "type": "string"},
                                       "after": {"value": 1, "type": "number"}}]
+
+
+def test_a_new_id_is_a_replacement_and_anything_else_an_update() -> None:
+    """A managed object whose id changed was destroyed and created again
+    ("replace", also when the id is sensitive); one that kept its id was
+    updated in place ("update"); a data source is always read again
+    ("update"); no id on either side is an update."""
+    def changed(old: dict[str, Any], new: dict[str, Any], mode: str = "managed") -> Any:
+        def doc(attrs: dict[str, Any], serial: int) -> bytes:
+            return state_body(serial, resources=[{
+                "mode": mode, "type": "t", "name": "r", "provider": "p",
+                "instances": [instance(attrs, [[attr("id")]] if "secret" in attrs else None)]}])
+        (entry,) = diff_states(doc(old, 1), doc(new, 2))["resources"]["changed"]
+        return entry["action"]
+
+    assert changed({"id": "a", "v": 1}, {"id": "b", "v": 1}) == "replace"
+    assert changed({"id": "a", "v": 1}, {"id": "a", "v": 2}) == "update"
+    assert changed({"id": "a", "secret": 1}, {"id": "b", "secret": 1}) == "replace"
+    assert changed({"id": "a"}, {"id": "b"}, mode="data") == "update"
+    assert changed({"v": 1}, {"v": 2}) == "update"
+    assert changed({"id": None, "v": 1}, {"id": "b", "v": 1}) == "update"

@@ -19,7 +19,7 @@ from log_events import logged
 from stub_client import state_body
 from tfe_support import ORG, TFEStub, workspace_document
 
-from kilolock.errors import ChecksumMismatch, KilolockError, NotFound
+from kilolock.errors import ChecksumMismatch, InvalidText, KilolockError, NotFound
 from kilolock.model import DEFAULT_TENANT, OutputRow, Principal, StateKey
 from kilolock.tfe import grants
 from kilolock.tfe.errors import InvalidAttribute, InvalidDocument
@@ -69,8 +69,6 @@ def test_workspace_creation_documents() -> None:
             (workspace_document("a/b"), "/data/attributes/name"),
             (workspace_document("a b"), "/data/attributes/name"),
             (workspace_document("tab\there"), "/data/attributes/name"),
-            (workspace_document("nul\x00"), "/data/attributes/name"),
-            (workspace_document("\ud800"), "/data/attributes/name"),
             (workspace_document(".."), "/data/attributes/name"),
             (workspace_document("x" * 256), "/data/attributes/name"),
             (workspace_document(7), "/data/attributes/name"),
@@ -82,11 +80,19 @@ def test_workspace_creation_documents() -> None:
             parse_workspace_create(doc(document))
         assert refused.value.pointer == pointer, document
     for body, pointer in ((b"{", ""), (b"[]", ""), (doc({"data": []}), "/data"),
-                          (doc({"data": {"type": "runs"}}), "/data/type"),
-                          (b"\xff", ""), (b"[" * 100_000, "")):
+                          (doc({"data": {"type": "runs"}}), "/data/type")):
         with pytest.raises(InvalidDocument) as malformed:
             parse_workspace_create(body)
         assert malformed.value.pointer == pointer
+    # The text rules of every lane (kilolock.text_rules): the rule's code,
+    # and the value at fault by its JSON pointer.
+    for body, rule, pointer in (
+            (doc(workspace_document("nul\x00")), "nul_character", "/data/attributes/name"),
+            (doc(workspace_document("\ud800")), "invalid_unicode", "/data/attributes/name"),
+            (b"\xff", "invalid_unicode", None), (b"[" * 100_000, "too_deep", None)):
+        with pytest.raises(InvalidText) as broken:
+            parse_workspace_create(body)
+        assert (broken.value.code, broken.value.pointer) == (rule, pointer)
 
 
 def test_state_version_documents() -> None:
@@ -102,7 +108,7 @@ def test_state_version_documents() -> None:
                          ({"serial": -1}, "serial"), ({"serial": 2**63}, "serial"),
                          ({"serial": 1.5}, "serial"), ({"md5": "xyz"}, "md5"),
                          ({"md5": None}, "md5"), ({"lineage": 3}, "lineage"),
-                         ({"lineage": "\ud800"}, "lineage"), ({"force": "yes"}, "force"),
+                         ({"force": "yes"}, "force"),
                          ({"state": "!!"}, "state"), ({"state": 5}, "state"),
                          ({"json-state-outputs": {}}, "json-state-outputs")):
         body = doc({"data": {"type": "state-versions", "attributes": {**good, **change}}})
@@ -112,6 +118,12 @@ def test_state_version_documents() -> None:
     with pytest.raises(InvalidDocument):
         parse_state_version_create(doc({"data": {"type": "state-versions",
                                                  "attributes": good}}), 10)
+    lone = doc({"data": {"type": "state-versions",
+                         "attributes": {**good, "lineage": "\ud800"}}})
+    with pytest.raises(InvalidText) as broken:
+        parse_state_version_create(lone, 10**6)
+    assert (broken.value.code, broken.value.pointer) == (
+        "invalid_unicode", "/data/attributes/lineage")
 
 
 def test_small_documents() -> None:
@@ -302,8 +314,8 @@ def test_bad_input_is_a_jsonapi_4xx_and_stores_nothing() -> None:
                          (json.dumps({"data": {"type": "runs"}}).encode(), 400),
                          (json.dumps(workspace_document("default")).encode(), 422),
                          (json.dumps(workspace_document("a/b")).encode(), 422),
-                         (json.dumps(workspace_document("nul\x00")).encode(), 422),
-                         (json.dumps(workspace_document("\ud800")).encode(), 422),
+                         (json.dumps(workspace_document("nul\x00")).encode(), 400),
+                         (json.dumps(workspace_document("\ud800")).encode(), 400),
                          (json.dumps(workspace_document("x" * 300)).encode(), 422),
                          (b'{"data": {"type": "workspaces", "attributes": {"name": "'
                           + b"x" * (1024 * 1024) + b'"}}}', 400)):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kilolock.errors import InvalidState
+from kilolock.errors import InvalidState, InvalidText
 from kilolock.model import ParsedState, Projection, ResourceRow
 from kilolock.tfstate import REDACTED, parse_state, project_state
 
@@ -605,7 +605,6 @@ BAD_BODIES = [
     ("not json text", SECRET.encode(), "the body is not valid JSON (error at line 1, column 1)"),
     ("nan", b'{"version": 4, "serial": NaN, "lineage": "' + SECRET.encode() + b'"}',
      "the body is not valid JSON"),
-    ("too deep", b"[" * 100_000 + SECRET.encode(), "the body is not valid JSON"),
     ("invalid utf-8", b'{"lineage": "' + SECRET.encode() + b'\xff\xfe"}',
      "the body is not valid UTF-8"),
     ("encoded surrogate", b'{"lineage": "\xed\xa0\x80' + SECRET.encode() + b'"}',
@@ -695,6 +694,20 @@ def test_bad_bodies_are_rejected_without_echoing_content(raw: bytes, message: st
     assert (error.status, error.code) == (400, "invalid_state")
     assert SECRET not in str(error)
     assert SECRET not in repr(error.args)
+
+
+@pytest.mark.parametrize("raw", [
+    b"[" * 100_000 + SECRET.encode(),
+    b'{"version": 4, "serial": 1, "lineage": "' + SECRET.encode() + b'", "outputs":'
+    + b'{"o": {"value": ' + b"[" * 600 + b"1e400" + b"]" * 600 + b"}}}",
+], ids=["unclosed", "600 levels"])
+def test_a_body_too_deep_is_refused_with_its_rule(raw: bytes) -> None:
+    """Nesting beyond the limit is InvalidText too_deep (400), not an
+    internal error, whether or not the rest would parse; nothing echoed."""
+    with pytest.raises(InvalidText) as caught:
+        parse_state(raw)
+    assert (caught.value.status, caught.value.code) == (400, "too_deep")
+    assert SECRET not in str(caught.value)
 
 
 def test_project_state_rejects_bad_shapes_directly() -> None:

@@ -64,14 +64,25 @@ def test_the_fixtures_give_values_to_compare() -> None:
     assert len([value for value in _fixture_values() if isinstance(value, dict)]) >= 10
 
 
-def test_infinities_become_text_and_nan_stays_json_dumps_nan() -> None:
+def test_infinities_and_nan_become_text() -> None:
     """A number beyond a double's range is projected as the string
-    "Infinity"/"-Infinity"; a NaN (only a caller's document holds one) is
-    written as json.dumps writes it."""
-    value = {"big": float("inf"), "small": [float("-inf")], "nan": float("nan"), "n": 1}
-    assert compact_json(value) == '{"big":"Infinity","n":1,"nan":NaN,"small":["-Infinity"]}'
-    assert compact_json(float("nan")) == json.dumps(float("nan")) == "NaN"
+    "Infinity"/"-Infinity", a NaN (only a caller's document holds one) as
+    "NaN": the text is always JSON; strings that spell them are untouched."""
+    value = {"big": float("inf"), "small": [float("-inf")], "nan": float("nan"), "n": 1,
+             "text": 'Infinity "NaN" \\ -Infinity'}
+    assert compact_json(value) == ('{"big":"Infinity","n":1,"nan":"NaN","small":["-Infinity"],'
+                                   '"text":"Infinity \\"NaN\\" \\\\ -Infinity"}')
+    assert json.loads(compact_json(value))["text"] == value["text"]
+    assert compact_json(float("nan")) == '"NaN"'
     assert compact_json(json.loads("1e999")) == '"Infinity"'
+
+
+def test_compact_json_takes_any_nesting_the_encoder_takes() -> None:
+    """No recursion in Python: 900 levels around an infinity are encoded."""
+    deep: object = float("inf")
+    for _ in range(900):
+        deep = [deep]
+    assert compact_json(deep) == "[" * 900 + '"Infinity"' + "]" * 900
 
 
 def test_a_value_that_is_not_json_is_a_type_error() -> None:

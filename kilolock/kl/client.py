@@ -137,9 +137,11 @@ def _describe_os_error(error: Exception) -> str:
     return text
 
 
-def server_error(answer: Answer, what: str) -> KlError:
+def server_error(answer: Answer, what: str, acquired_at: str | None = None) -> KlError:
     """The KlError for a failed answer: its exit code, and the server's own
-    code and message when it sent the JSON error document."""
+    code and message when it sent the JSON error document.  A lock conflict
+    names the holder and the server's time of acquisition (the answer's
+    C{acquiredAt}, else C{acquired_at})."""
     code, message, lock = None, None, None
     try:
         document = json.loads(answer.body) if answer.body else None
@@ -149,6 +151,7 @@ def server_error(answer: Answer, what: str) -> KlError:
         code = document["error"].get("code")
         message = document["error"].get("message")
         lock = document["error"].get("lock")
+        acquired_at = document["error"].get("acquiredAt") or acquired_at
     elif isinstance(document, dict) and isinstance(document.get("errors"), list) \
             and document["errors"] and isinstance(document["errors"][0], dict):
         # A JSON:API error document (the TFE lane).
@@ -157,7 +160,7 @@ def server_error(answer: Answer, what: str) -> KlError:
     elif isinstance(document, dict) and "ID" in document and answer.status in (409, 423):
         lock = document  # the HTTP lane answers a lock conflict with the holder's LockInfo
     if answer.status in (409, 423) and isinstance(lock, dict):
-        message = "locked by " + describe_lock_info(lock)
+        message = "locked by " + describe_lock_info(lock, acquired_at)
         code = code or "locked"
     if answer.status in (404, 410):  # 410: a version whose bytes were pruned or purged
         exit_code = EXIT_NOT_FOUND

@@ -67,8 +67,24 @@ class Context:
                           f" answer: {error}") from None
         accepted = {expect} if isinstance(expect, int) else set(expect)
         if answer.status not in accepted:
-            raise server_error(answer, what)
+            acquired = None
+            if lane == HTTP_LANE and answer.status in (409, 423):
+                acquired = self._acquired_at(path)
+            raise server_error(answer, what, acquired)
         return answer
+
+    def _acquired_at(self, http_path: str) -> str | None:
+        """When the server says the lock of the state at C{http_path} (a path
+        on the HTTP lane) was taken: the HTTP lane answers a conflict with
+        the holder's LockInfo only, whose C{Created} is the client's clock.
+        None when the native lane cannot say."""
+        try:
+            held = self.native_json(f"/states{http_path}/-/lock", "reading the lock")
+        except KlError:
+            return None
+        lock = held.get("lock") if isinstance(held, dict) else None
+        acquired = lock.get("acquiredAt") if isinstance(lock, dict) else None
+        return acquired if isinstance(acquired, str) else None
 
     def native_json(self, path: str, what: str, **kwargs: Any) -> Any:
         """The JSON document of a native-lane request."""

@@ -18,6 +18,7 @@ from kilolock.kl.commands import (
     history,
     locks,
     oidc,
+    refactor,
     resources,
     retention,
     states,
@@ -36,8 +37,8 @@ from kilolock.kl.exits import EXIT_INTERRUPTED, EXIT_OK, KlError
 from kilolock.kl.output import Output
 
 #: The command modules, in the order C{kl --help} lists their commands.
-COMMAND_GROUPS = (states, history, versions, retention, locks, resources, events, control,
-                  oidc, workspaces)
+COMMAND_GROUPS = (states, history, versions, retention, refactor, locks, resources, events,
+                  control, oidc, workspaces)
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -86,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, *, stdout: IO[str] | None = None,
          stderr: IO[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Run one kl command.  @return: the exit code (docs/kl.md)."""
-    out = stdout if stdout is not None else sys.stdout
-    err = stderr if stderr is not None else sys.stderr
+    out = stdout if stdout is not None else _lenient(sys.stdout)
+    err = stderr if stderr is not None else _lenient(sys.stderr)
     env = os.environ if environ is None else environ
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -102,6 +103,15 @@ def main(argv: Sequence[str] | None = None, *, stdout: IO[str] | None = None,
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
+
+
+def _lenient(stream: IO[str]) -> IO[str]:
+    """C{stream} writing what its encoding cannot carry (an unpaired
+    surrogate a server answered with) as a backslash escape, never failing."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="backslashreplace")
+    return stream
 
 
 if __name__ == "__main__":  # pragma: no cover

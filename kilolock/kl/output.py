@@ -32,7 +32,12 @@ class Output:
         return self.as_json
 
     def json(self, document: Any) -> None:
-        self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+        """C{document} indented (compact when too deep to indent)."""
+        try:
+            text = json.dumps(document, indent=2, ensure_ascii=False)
+        except RecursionError:
+            text = json.dumps(document, ensure_ascii=False)
+        self.stdout.write(text + "\n")
 
     def line(self, text: str = "") -> None:
         self.stdout.write(text + "\n")
@@ -143,15 +148,20 @@ def format_count(number: int, noun: str) -> str:
     return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
-def describe_lock_info(info: Mapping[str, Any]) -> str:
+def describe_lock_info(info: Mapping[str, Any], acquired_at: str | None = None) -> str:
     """A lock holder in one phrase: who, what, since when, its ID (from
-    Terraform's LockInfo or the native lane's lock document)."""
+    Terraform's LockInfo or the native lane's lock document).
+
+    "Since" is always the server's time of acquisition (C{acquired_at}, or
+    the lock document's C{acquiredAt}), the time C{kl lock status} shows --
+    never the C{Created} the client wrote into its LockInfo; without it,
+    no time is shown."""
     who = info.get("Who") or info.get("who") or "someone"
     operation = info.get("Operation") or info.get("operation") or "an operation"
     lock_id = info.get("ID") or info.get("id") or "?"
-    created = info.get("Created") or info.get("created")
+    acquired = acquired_at or info.get("acquiredAt")
     since = ""
-    moment = parse_created(created) if isinstance(created, str) else None
+    moment = parse_created(acquired) if isinstance(acquired, str) else None
     if moment is not None:
         since = (f" since {format_time(moment)}"
                  f" ({format_age((datetime.now(UTC) - moment).total_seconds())})")

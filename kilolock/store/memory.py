@@ -9,11 +9,11 @@ hosted half (L{ITenantStore}) is L{kilolock.store.memory_tenants.MemoryTenants}.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from attrs import define, evolve, field
+from attrs import define, evolve, field, frozen
 from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
 from twisted.python.components import proxyForInterface
 from zope.interface import implementer
@@ -21,6 +21,8 @@ from zope.interface import implementer
 from kilolock import state_rules
 from kilolock.audit import (
     GENESIS,
+    GENESIS_HEAD,
+    ChainHead,
     delete_detail,
     event_hash,
     lock_detail,
@@ -59,8 +61,11 @@ from kilolock.retention import pruned_error
 from kilolock.retention_interfaces import IRetentionStore
 from kilolock.state_listing import check_listing, listed, sort_and_page, writer_of
 from kilolock.state_rules import Replay, holder_of
+from kilolock.stateops.interfaces import IStateOperationsStore
+from kilolock.stateops.model import StateWrite
 from kilolock.store.memory_oidc import MemoryOidcPolicies
 from kilolock.store.memory_retention import MemoryRetention
+from kilolock.store.memory_stateops import MemoryStateOps
 from kilolock.store.memory_tenants import MemoryTenants
 from kilolock.store.memory_tfe import MemoryTFE
 from kilolock.tfe.interfaces import ITFEStore
@@ -74,6 +79,16 @@ class StoredVersion:
     meta: StateVersion
     raw: bytes | None
     projection: Projection | None
+
+
+@frozen
+class _StagedWrite:
+    """A checked write not stored yet: its version (None: a replay of C{meta})."""
+
+    key: StateKey
+    lock_id: str | None
+    meta: StateVersion
+    version: StoredVersion | None
 
 
 @define
@@ -93,28 +108,34 @@ class StoredState:
 
 
 @implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore,
-             IRetentionStore)
+             IRetentionStore, IStateOperationsStore)
 @define
 class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
                        proxyForInterface(ITFEStore, "tfe"),  # type: ignore[misc]
-                       proxyForInterface(IRetentionStore, "retention")):  # type: ignore[misc]
+                       proxyForInterface(IRetentionStore, "retention"),  # type: ignore[misc]
+                       proxyForInterface(IStateOperationsStore, "stateops")):  # type: ignore[misc]
     """Every state, version, lock and event of every tenant, in dicts.
 
-    L{ITenantStore} is forwarded to L{tenants}, L{ITFEStore} to L{tfe} and
-    L{IRetentionStore} to L{retention} (Twisted's C{proxyForInterface}: mypy
-    cannot follow a base class made at run time), which share the states
-    and the audit chain; L{IOidcPolicyStore} to L{oidc_policies}.  Versions
-    are kept as raw bytes, unencrypted.
+    L{ITenantStore} is forwarded to L{tenants}, L{ITFEStore} to L{tfe},
+    L{IRetentionStore} to L{retention} and L{IStateOperationsStore} to
+    L{stateops} but for L{write_states} (Twisted's C{proxyForInterface}:
+    mypy cannot follow a base class made at run time), which share the
+    states and the audit chain; L{IOidcPolicyStore} to L{oidc_policies}.
+    Versions are kept as raw bytes, unencrypted.
     """
 
     clock: Callable[[], datetime] = utcnow
     _states: dict[StateKey, StoredState] = field(factory=dict, init=False)
     _events: dict[str, list[AuditEvent]] = field(factory=dict, init=False)
+    #: Each tenant's chain head, kept apart from its events (a test that
+    #: drops the newest events from the chain leaves it behind).
+    _heads: dict[str, ChainHead] = field(factory=dict, init=False)
     _sessions: dict[str, UiSession] = field(factory=dict, init=False)
     tenants: MemoryTenants = field(init=False)
     oidc_policies: MemoryOidcPolicies = field(init=False)
     tfe: MemoryTFE = field(init=False)
     retention: MemoryRetention = field(init=False)
+    stateops: MemoryStateOps = field(init=False)
 
     @tenants.default
     def _tenants_sharing_this_store(self) -> MemoryTenants:
@@ -132,6 +153,9 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
     def _retention_sharing_this_store(self) -> MemoryRetention:
         return MemoryRetention(self._states, self._append_event, self.clock,
                                self.tfe.held_versions)
+    @stateops.default
+    def _stateops_sharing_this_store(self) -> MemoryStateOps:
+        return MemoryStateOps(self._states, self.clock)
 
     def start(self) -> Deferred[None]:
         return succeed(None)
@@ -146,11 +170,13 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
         """Forget everything (used between tests of Terraform modules)."""
         self._states.clear()
         self._events.clear()
+        self._heads.clear()
         self._sessions.clear()
         self.tenants.forget()
         self.oidc_policies.forget()
         self.tfe.forget()
         self.retention.forget()
+        self.stateops.forget()
 
     # -- the state lane -------------------------------------------------
 
@@ -166,35 +192,71 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
                     principal: Principal, event_kind: str = STATE_WRITE,
                     event_detail: Mapping[str, Any] | None = None) -> Deferred[WriteOutcome]:
         def write() -> WriteOutcome:
-            state = self._states.get(key)
-            state_rules.check_write(lock_id, holder_of(state.lock if state else None))
-            now = self.clock()
-            if state is None:
-                self.tenants.check_state_owner(key)
-                state = self._states[key] = StoredState(created_at=now, updated_at=now)
-            replayed = state.written.get((upload.parsed.serial, upload.sha256))
-            current = state.current
-            decision = state_rules.decide_upload(
-                upload.parsed.serial, upload.sha256, () if replayed is None else (replayed,),
-                None if current is None else current.meta)
-            if isinstance(decision, Replay):
-                return WriteOutcome(version=decision.version, created=False)
-            meta = StateVersion.of_upload(upload, decision.number, now, principal.name)
-            if current is not None:
-                # Only the current version's projection is ever read: drop
-                # the older one (thousands of row objects per state would
-                # otherwise make every full garbage collection slower).
-                current.projection = None
-            state.versions.append(StoredVersion(meta, upload.raw, upload.parsed.projection))
-            state.written[(meta.serial, meta.sha256)] = meta
-            state.updated_at = now
-            self._append_event(key.tenant, event_kind, principal.name, key.path, now,
-                               lock_id=lock_id, serial=meta.serial, sha256=meta.sha256,
-                               detail={**write_detail(meta.number, meta.size, principal),
-                                       **(event_detail or {})})
-            return WriteOutcome(version=meta, created=True)
+            staged = self._stage_write(key, upload, lock_id, principal)
+            return self._commit_write(staged, principal, event_kind, event_detail)
 
         return maybeDeferred(write)
+
+    def write_states(self, writes: Sequence[StateWrite], principal: Principal,
+                     event_kind: str = STATE_WRITE) -> Deferred[list[WriteOutcome]]:
+        """Every write is checked and its version prepared before any is
+        stored: a refusal (or any failure) of one stores none."""
+        def write() -> list[WriteOutcome]:
+            if len({w.key for w in writes}) != len(writes):
+                raise ValueError("each state may be written once in a write of several")
+            staged = [self._stage_write(w.key, w.upload, w.lock_id, principal)
+                      for w in writes]
+            return [self._commit_write(one, principal, event_kind, w.event_detail)
+                    for one, w in zip(staged, writes, strict=True)]
+
+        return maybeDeferred(write)
+
+    def _stage_write(self, key: StateKey, upload: StateUpload, lock_id: str | None,
+                     principal: Principal) -> _StagedWrite:
+        """Check a write against the lock matrix and the serial rule, and
+        prepare its version; nothing is changed yet."""
+        state = self._states.get(key)
+        state_rules.check_write(lock_id, holder_of(state.lock if state else None))
+        if state is None:
+            self.tenants.check_state_owner(key)
+        replayed = state.written.get((upload.parsed.serial, upload.sha256)) if state else None
+        current = state.current if state else None
+        decision = state_rules.decide_upload(
+            upload.parsed.serial, upload.sha256, () if replayed is None else (replayed,),
+            None if current is None else current.meta)
+        if isinstance(decision, Replay):
+            return _StagedWrite(key, lock_id, decision.version, None)
+        meta = StateVersion.of_upload(upload, decision.number, self.clock(), principal.name)
+        return _StagedWrite(key, lock_id, meta,
+                            self._prepare_version(meta, upload))
+
+    def _prepare_version(self, meta: StateVersion, upload: StateUpload) -> StoredVersion:
+        return StoredVersion(meta, upload.raw, upload.parsed.projection)
+
+    def _commit_write(self, staged: _StagedWrite, principal: Principal, event_kind: str,
+                      event_detail: Mapping[str, Any] | None) -> WriteOutcome:
+        """Store a staged version (nothing for a replay) and its event."""
+        meta, stored = staged.meta, staged.version
+        if stored is None:
+            return WriteOutcome(version=meta, created=False)
+        key, now = staged.key, meta.created_at
+        state = self._states.get(key)
+        if state is None:
+            state = self._states[key] = StoredState(created_at=now, updated_at=now)
+        current = state.current
+        if current is not None:
+            # Only the current version's projection is ever read: drop
+            # the older one (thousands of row objects per state would
+            # otherwise make every full garbage collection slower).
+            current.projection = None
+        state.versions.append(stored)
+        state.written[(meta.serial, meta.sha256)] = meta
+        state.updated_at = now
+        self._append_event(key.tenant, event_kind, principal.name, key.path, now,
+                           lock_id=staged.lock_id, serial=meta.serial, sha256=meta.sha256,
+                           detail={**write_detail(meta.number, meta.size, principal),
+                                   **(event_detail or {})})
+        return WriteOutcome(version=meta, created=True)
 
     def delete_state(self, key: StateKey, lock_id: str | None,
                      principal: Principal) -> Deferred[None]:
@@ -353,6 +415,9 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
         return succeed(self._append_event(tenant, kind, principal, state_path, self.clock(),
                                           detail=detail or {}))
 
+    def chain_head(self, tenant: str) -> Deferred[ChainHead]:
+        return succeed(self._heads.get(tenant, GENESIS_HEAD))
+
     # -- the dashboard's sessions ----------------------------------------
 
     def create_session(self, session: UiSession) -> Deferred[None]:
@@ -400,4 +465,5 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
         )
         event = evolve(event, hash=event_hash(event))
         chain.append(event)
+        self._heads[tenant] = ChainHead(event.seq, event.hash)
         return event

@@ -22,6 +22,7 @@ from datetime import datetime
 
 import kilolock
 from kilolock.model import HeldLock, LockInfo, Principal, rfc3339
+from kilolock.text_rules import clean_text
 
 #: The C{Operation} of every TFE-lane lock: how the lane recognises its locks.
 TFE_OPERATION = "locked through the TFE lane"
@@ -33,8 +34,10 @@ MAX_REASON = 200
 
 
 def who(principal: Principal) -> str:
-    """The C{Who} of a lock: the principal, and its address when known."""
-    return principal.name + (f"@{principal.address}" if principal.address else "")
+    """The C{Who} of a lock: the principal, and its address when known
+    (a forwarded address is the proxy's text: what a database cannot hold
+    in it is U+FFFD)."""
+    return clean_text(principal.name + (f"@{principal.address}" if principal.address else ""))
 
 
 def tfe_lock_info(principal: Principal, path: str, reason: str, now: datetime) -> LockInfo:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from collections.abc import Iterator
 from typing import Any
 
 from attrs import frozen
 
+from kilolock.text_rules import NotJSON, load_json
 from kilolock.tfe.errors import InvalidAttribute, InvalidDocument
 from kilolock.tfe.model import Tag
 from kilolock.tfe.names import MAX_TAGS, InvalidName, check_tag_text, check_workspace_name
@@ -60,16 +60,18 @@ class StateVersionCreate:
 
 
 def load_document(body: bytes, limit: int = MAX_DOCUMENT_BYTES) -> dict[str, Any]:
-    """The body as a JSON object.
+    """The body as a JSON object, under the text rules of every lane
+    (L{kilolock.text_rules}).
 
-    @raise InvalidDocument: too large, not UTF-8 JSON, nested too deeply,
-        or not an object.
+    @raise InvalidDocument: too large, not JSON, or not an object.
+    @raise InvalidText: not UTF-8, nested too deeply, a non-finite number, a
+        NUL or an unpaired surrogate in a string.
     """
     if len(body) > limit:
         raise InvalidDocument(f"the document is larger than {limit} bytes", "")
     try:
-        document = json.loads(body.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        document = load_json(body, "the document")
+    except NotJSON:
         raise InvalidDocument("the body is not a JSON document", "") from None
     if not isinstance(document, dict):
         raise InvalidDocument("the body must be a JSON object (a JSON:API document)", "")

@@ -8,7 +8,6 @@ import contextlib
 import gc
 import hashlib
 import io
-import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import IO, Any, TypeVar
@@ -17,8 +16,17 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.web.server import Request
 
-from kilolock.errors import BadRequest, ChecksumMismatch, InvalidState
+from kilolock.errors import BadRequest, ChecksumMismatch, InvalidState, InvalidText
 from kilolock.model import StateUpload
+from kilolock.text_rules import (
+    MAX_LOCK_ID_LENGTH,
+    MAX_LOCK_INFO_BYTES,
+    TOO_LONG,
+    NotJSON,
+    check_text,
+    decode_utf8,
+    load_json,
+)
 from kilolock.tfstate import parse_state
 from kilolock.web.request import DEFAULT_MAX_BODY_BYTES
 
@@ -42,12 +50,14 @@ def _read_all(content: IO[bytes]) -> bytes:
 
 async def read_body(request: Request, reactor: Any) -> bytes:
     """The whole request body as bytes (read in a thread when it sits in a
-    temporary file)."""
+    temporary file and there is a reactor: inline in in-memory tests)."""
     content = request.content
     if content is None:
         return b""
     if isinstance(content, io.BytesIO):
         return content.getvalue()
+    if reactor is None:
+        return _read_all(content)
     return await deferToThreadPool(reactor, reactor.getThreadPool(), _read_all, content)
 
 
@@ -118,7 +128,7 @@ async def parse_upload(request: Request, body: bytes, reactor: Any) -> StateUplo
     @return: (awaited) the L{StateUpload}.
     """
     content_md5 = request.getHeader(b"Content-MD5")
-    if len(body) < THREAD_THRESHOLD:
+    if len(body) < THREAD_THRESHOLD or reactor is None:
         return prepare_upload(body, content_md5)
     return await deferToThreadPool(reactor, reactor.getThreadPool(), _prepare_large_upload,
                                    body, content_md5)
@@ -142,26 +152,30 @@ def unlock_lock_id(body: bytes, query_id: str | None, allow_plain: bool) -> str 
 
     Accepted: LockInfo JSON (an empty or absent C{ID} means force), an empty
     body (force, or the C{?ID=} query value when given), a JSON string, and on
-    the C{/v1/state-unlock} alias also a plain lock-id string.
+    the C{/v1/state-unlock} alias also a plain lock-id string.  The body
+    follows the text rules of L{kilolock.text_rules} like a LOCK body.
     """
     if not body.strip():
         return query_id or None
+    if len(body) > MAX_LOCK_INFO_BYTES:
+        raise InvalidText(TOO_LONG, f"the unlock body is larger than {MAX_LOCK_INFO_BYTES}"
+                                    " bytes")
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        doc = load_json(body, "the unlock body")
+    except NotJSON:
         if allow_plain:
-            text = body.decode("utf-8", "replace").strip()
-            if text and len(text) <= 1024 and text.isprintable() and " " not in text:
+            text = check_text(decode_utf8(body, "the unlock body").strip(), "the lock ID",
+                              max_length=MAX_LOCK_ID_LENGTH)
+            if text.isprintable() and " " not in text:
                 return text
         raise BadRequest("the unlock body is not valid JSON (send the LockInfo, or nothing"
                          " to force-unlock)") from None
-    if isinstance(doc, str):
-        return doc or None
     if isinstance(doc, dict):
-        lock_id = doc.get("ID", "")
-        if lock_id is None:
+        doc = doc.get("ID", "")
+        if doc is None:
             return None
-        if not isinstance(lock_id, str):
+        if not isinstance(doc, str):
             raise BadRequest("LockInfo ID must be a string")
-        return lock_id or None
+    if isinstance(doc, str):
+        return check_text(doc, "the lock ID", "ID", MAX_LOCK_ID_LENGTH) or None
     raise BadRequest("the unlock body must be LockInfo JSON, a lock ID string, or empty")

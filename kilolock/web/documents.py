@@ -8,23 +8,38 @@ from datetime import datetime
 from typing import Any
 
 from kilolock.model import AuditEvent, HeldLock, rfc3339
+from kilolock.text_rules import stored_document
 from kilolock.tfe.locks import lane_of
+from kilolock.tfstate_json import compact_json
 from kilolock.web._base import JSON, Response
 
 NO_STORE = {b"Cache-Control": b"no-store"}
 
 
 def json_response(document: Any, status: int = 200) -> Response:
-    """C{document} as indented JSON, never cached."""
-    body = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
-    return Response(status, body, JSON, dict(NO_STORE))
+    """C{document} as indented JSON (L{json_bytes}), never cached."""
+    return Response(status, json_bytes(document), JSON, dict(NO_STORE))
+
+
+def json_bytes(document: Any, indent: int | None = 2) -> bytes:
+    """C{document} as UTF-8 JSON, indented and with a final newline (or
+    compact, with C{indent=None}), whatever a store handed back: an
+    unpaired surrogate in a string is written as its JSON escape
+    (C{\\ud800}), never raised on; a document too deep for the indenting
+    encoder, or holding a number beyond a double's range, is written compact
+    (L{compact_json}: such numbers as text)."""
+    try:
+        text = json.dumps(document, indent=indent, ensure_ascii=False, allow_nan=False)
+    except (RecursionError, ValueError):
+        text = compact_json(document)
+    return text.encode("utf-8", "backslashreplace") + (b"" if indent is None else b"\n")
 
 
 def lock_document(lock: HeldLock, now: datetime) -> dict[str, Any]:
-    try:
-        info: Any = json.loads(lock.info.raw)
-    except ValueError:
-        info = None
+    """A held lock: its LockInfo's fields, when and by whom it was taken
+    (the server's time: C{acquiredAt}, C{ageSeconds}), and the LockInfo
+    itself (null when it cannot be shown as JSON)."""
+    info = stored_document(lock.info.raw)
     return {
         "id": lock.info.id,
         "operation": lock.info.operation,
@@ -41,10 +56,9 @@ def lock_document(lock: HeldLock, now: datetime) -> dict[str, Any]:
 
 
 def event_document(event: AuditEvent) -> dict[str, Any]:
-    try:
-        detail: Any = json.loads(event.detail)
-    except ValueError:
-        detail = None
+    """An event with its detail decoded (null when it cannot be shown as
+    JSON) and the exact text that was hashed."""
+    detail = stored_document(event.detail)
     return {
         "seq": event.seq,
         "tenant": event.tenant,

@@ -28,7 +28,8 @@ def parse_networks(cidrs: Iterable[str]) -> tuple[Network, ...]:
     return tuple(networks)
 
 
-def _trusted(address: str, networks: Sequence[Network]) -> bool:
+def is_trusted(address: str, networks: Sequence[Network]) -> bool:
+    """Whether C{address} (an IP address as text) is in one of C{networks}."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
@@ -46,14 +47,14 @@ def client_origin(peer: str, forwarded_for: Sequence[bytes], forwarded_proto: by
                   secure: bool, networks: Sequence[Network]) -> ClientOrigin:
     """The client's address and scheme, from the peer and forwarded headers."""
     scheme = "https" if secure else "http"
-    if not networks or not _trusted(peer, networks):
+    if not networks or not is_trusted(peer, networks):
         return ClientOrigin(peer, scheme)
     hops = [hop.strip() for header in forwarded_for
             for hop in header.decode("latin-1").split(",") if hop.strip()]
     address = peer
     for hop in reversed(hops):
         address = hop
-        if not _trusted(hop, networks):
+        if not is_trusted(hop, networks):
             break
     if forwarded_proto:
         proto = forwarded_proto.decode("latin-1").split(",")[0].strip().lower()

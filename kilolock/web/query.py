@@ -1,6 +1,7 @@
 """Query parameters, read the same way by every lane: the last value of a
-parameter wins, repeatable parameters also split on commas, and a value
-that is not UTF-8 or not the expected kind is a 400."""
+parameter wins, repeatable parameters also split on commas, a value that
+is not UTF-8 or holds a NUL is a 400 naming the text rule it breaks
+(L{kilolock.text_rules}), and one that is not the expected kind a 400 too."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from twisted.web.server import Request
 
 from kilolock.errors import BadRequest, InvalidField
 from kilolock.model import parse_created
+from kilolock.text_rules import check_text, decode_utf8
 
 __all__ = ["field_error", "plain_error", "query_id", "query_time", "query_value",
            "query_values"]
@@ -29,15 +31,19 @@ def plain_error(name: str, message: str) -> BadRequest:
     return BadRequest(message)
 
 
+def _text(raw: bytes, name: str) -> str:
+    """A parameter's value under the text rules (L{kilolock.text_rules}):
+    UTF-8 without NUL.  @raise InvalidText: naming the parameter."""
+    what = f"the query parameter {name}"
+    return check_text(decode_utf8(raw, what, name), what, name)
+
+
 def query_value(request: Request, name: str, error: ErrorFor) -> str | None:
     """The last value of parameter C{name}, or None when it is absent."""
     values = (request.args or {}).get(name.encode())
     if not values:
         return None
-    try:
-        return str(values[-1].decode("utf-8"))
-    except UnicodeDecodeError:
-        raise error(name, f"the query parameter {name} is not valid UTF-8") from None
+    return _text(values[-1], name)
 
 
 def query_id(request: Request) -> str | None:
@@ -50,7 +56,7 @@ def query_values(request: Request, name: str) -> list[str]:
     """Every value of a repeatable parameter; commas separate values too."""
     found: list[str] = []
     for value in (request.args or {}).get(name.encode(), []):
-        found.extend(part for part in value.decode("utf-8", "replace").split(",") if part)
+        found.extend(part for part in _text(value, name).split(",") if part)
     return found
 
 

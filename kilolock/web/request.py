@@ -1,6 +1,7 @@
-"""The request class of a Kilolock site: body limit, deadlines, request id,
-client origin, Kilolock's JSON 405, and one metrics observation and
-access-log event per request.
+"""The request class of a Kilolock site: body limit, large-body admission,
+request id, client origin, Kilolock's JSON 405, and one metrics observation
+and access-log event per request.  (Its connection, with the deadlines and
+head limits: L{kilolock.web.channel}.)
 """
 
 from __future__ import annotations
@@ -10,23 +11,18 @@ import os
 import time
 from typing import Any
 
-from twisted.internet.interfaces import IDelayedCall
-from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.error import UnsupportedMethod
-from twisted.web.http import HTTPChannel
 from twisted.web.resource import IResource
 from twisted.web.server import NOT_DONE_YET, Request
 
-from kilolock.errors import MethodNotAllowed, PayloadTooLarge
-from kilolock.web._base import (
-    KilolockResource,
-    error_dialect_for,
-    response_for_error,
-    write_response,
-)
+from kilolock.errors import MethodNotAllowed
+from kilolock.web._base import KilolockResource, response_for_error, write_response
+from kilolock.web.admission import Admission, UploadBudget
+from kilolock.web.channel import count_on
 from kilolock.web.context import context_of
+from kilolock.web.edge import Refusal, over_budget, payload_too_large
 from kilolock.web.forwarded import ClientOrigin, client_origin
 
 log = Logger(namespace="kilolock.access")
@@ -44,96 +40,27 @@ class _Discard(io.RawIOBase):
         return len(data)
 
 
-def _count(site: Any, counter: str, change: int) -> None:
-    """Move one of a L{KilolockSite}'s request counters (other sites have none)."""
-    if site is not None and hasattr(site, counter):
-        setattr(site, counter, getattr(site, counter) + change)
-
-
-class KilolockChannel(HTTPChannel):
-    """An HTTP/1.1 channel that gives each request C{request_timeout} seconds
-    (the site's) from its first byte to its last: a client trickling its
-    head or its body is disconnected then.  (The idle timeout alone would
-    not do: every byte received resets it.)"""
-
-    #: Set by the site that builds the channel.
-    site: Any = None
-    _deadline: IDelayedCall | None = None
-    _receiving = False
-
-    _host: Any = None
-
-    def getHost(self) -> Any:
-        """The connection's local address, asked of the socket once (every
-        request's constructor asks for it: a getsockname call each time)."""
-        if self._host is None:
-            self._host = super().getHost()
-        return self._host
-
-    def connectionMade(self) -> None:
-        super().connectionMade()
-        connections = getattr(self.site, "connections", None)
-        if connections is not None:
-            connections.add(self)
-
-    def dataReceived(self, data: bytes) -> None:
-        if not self._receiving and not self._handlingRequest:
-            # The first byte of a request: it counts as in flight from now
-            # on (a graceful shutdown waits for it), and its deadline starts.
-            self._receiving = True
-            _count(self.site, "receiving", +1)
-            timeout = getattr(self.site, "request_timeout", None)
-            if timeout:
-                self._deadline = self.callLater(timeout, self._too_slow)
-        super().dataReceived(data)
-
-    def allContentReceived(self) -> None:
-        self._end_receiving()
-        super().allContentReceived()
-
-    def connectionLost(self, reason: Failure = connectionDone) -> None:
-        self._end_receiving()
-        connections = getattr(self.site, "connections", None)
-        if connections is not None:
-            connections.discard(self)
-        super().connectionLost(reason)
-
-    def _end_receiving(self) -> None:
-        if self._receiving:
-            self._receiving = False
-            _count(self.site, "receiving", -1)
-        if self._deadline is not None and self._deadline.active():
-            self._deadline.cancel()
-        self._deadline = None
-
-    def _too_slow(self) -> None:
-        self._deadline = None
-        log.info("dropped a client that did not send its request within {timeout} s",
-                 timeout=getattr(self.site, "request_timeout", None))
-        transport: Any = self.transport
-        if transport is not None:
-            transport.abortConnection()
-
-
 class KilolockRequest(Request):
-    """A request that refuses bodies over the site's C{max_body_bytes} and is
-    observed once (metrics and an access event).
+    """A request that refuses bodies over the site's C{max_body_bytes},
+    admits large bodies within the site's L{UploadBudget}, and is observed
+    once (metrics and an access event).
 
     The body limit is checked against C{Content-Length} before any byte is
-    read, and against the running count of a chunked body.  A refused request
-    is answered 413 at once with C{Connection: close}; the rest of its body is
-    read and dropped for a short while (so the client sees the answer instead
-    of a reset), then the connection is closed.  Nothing reaches a resource
-    or a store.
+    read, and against the running count of a chunked body.  So is the body
+    budget (L{kilolock.web.admission}): a large body past it is answered 503
+    with C{Retry-After}; an admitted one is processed when the parse budget
+    lets it.  A refused request is answered at once with C{Connection:
+    close} (413 or 503); the rest of its body is read and dropped for a
+    short while (so the client sees the answer instead of a reset), then
+    the connection is closed.  Nothing reaches a resource or a store.
     """
 
-    #: Seconds to keep draining a refused body before closing the connection.
-    linger_seconds = 5.0
-
     _received = 0
+    _chunked = False
     _refused = False
     _peer = "unknown"
     _secure = False
+    _admission: Admission | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -149,8 +76,11 @@ class KilolockRequest(Request):
 
     def gotLength(self, length: int | None) -> None:
         if length is not None and length > self._limit():
-            self._refuse()
+            self._refuse(payload_too_large(self._limit()))
             return
+        if length is not None and not self._admit(length):
+            return
+        self._chunked = length is None
         super().gotLength(length)
 
     def handleContentChunk(self, data: bytes) -> None:
@@ -158,11 +88,26 @@ class KilolockRequest(Request):
             return
         self._received += len(data)
         if self._received > self._limit():
-            if self.content is not None:
-                self.content.close()
-            self._refuse()
+            self._refuse(payload_too_large(self._limit()))
+            return
+        if self._chunked and not self._admit(self._received):
             return
         super().handleContentChunk(data)
+
+    def _admit(self, size: int) -> bool:
+        """Whether a body of C{size} bytes (so far) is within the body
+        budget; refuses the request (503) when it is not."""
+        budget: UploadBudget | None = self._site_setting("budget", None)
+        if budget is None or size < budget.large_body_bytes:
+            return True
+        if self._admission is None:
+            self._admission = budget.admit(size)
+            admitted = self._admission is not None
+        else:
+            admitted = budget.grow(self._admission, size)
+        if not admitted:
+            self._refuse(over_budget(budget.refuse(size)))
+        return admitted
 
     def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
         if self._refused:
@@ -176,8 +121,12 @@ class KilolockRequest(Request):
         # GET); Resource.render looks up render_<METHOD> as sent.
         super().requestReceived(command.upper(), path, version)
 
+    def connectionLost(self, reason: Failure) -> None:
+        self._release()
+        super().connectionLost(reason)
+
     def _count_in_flight(self, change: int) -> None:
-        _count(self._kilolock_site, "in_flight", change)
+        count_on(self._kilolock_site, "in_flight", change)
         metrics = self._site_setting("metrics", None)
         if metrics is not None:
             metrics.in_flight.set(self._site_setting("in_flight", 0))
@@ -185,26 +134,22 @@ class KilolockRequest(Request):
     def _limit(self) -> int:
         return int(self._site_setting("max_body_bytes", DEFAULT_MAX_BODY_BYTES))
 
-    def _refuse(self) -> None:
+    def _refuse(self, refusal: Refusal) -> None:
         self._refused = True
+        self._release()
+        if self.content is not None:
+            self.content.close()
         self.content = _Discard()
-        limit = self._limit()
-        refusal = error_dialect_for(getattr(self.channel, "_path", None) or b"")(
-            PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes"
-                            " (KL_MAX_BODY_BYTES)"))
-        body = refusal.body
-        head = b"".join((
-            b"HTTP/1.1 413 Payload Too Large\r\n",
-            b"Content-Type: " + (refusal.content_type or b"application/json") + b"\r\n",
-            *(name + b": " + value + b"\r\n" for name, value in refusal.headers.items()),
-            b"Connection: close\r\n",
-            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"))
-        log.info("refused a request body over {limit} bytes", limit=limit)
-        transport: Any = self.channel.transport
-        transport.write(head + body)
-        call_later = getattr(self.channel, "callLater", None)
-        if call_later is not None:
-            call_later(self.linger_seconds, transport.loseConnection)
+        # An C{Expect: 100-continue} must not be answered after the refusal.
+        self.requestHeaders.removeHeader(b"Expect")
+        channel: Any = self.channel
+        channel.refuse(refusal, drop_input=False)
+
+    def _release(self) -> None:
+        budget: UploadBudget | None = self._site_setting("budget", None)
+        if self._admission is not None and budget is not None:
+            budget.release(self._admission)
+            self._admission = None
 
     # -- who is calling -----------------------------------------------------
 
@@ -222,8 +167,17 @@ class KilolockRequest(Request):
     # -- after the answer ---------------------------------------------------
 
     def process(self) -> None:
+        """Process the request, a large body once the parse budget lets it."""
         self.setHeader(b"X-Request-Id", self.request_id.encode())
-        super().process()
+        budget: UploadBudget | None = self._site_setting("budget", None)
+        if self._admission is None or budget is None:
+            super().process()
+            return
+        budget.process(self._admission).addCallback(self._process_admitted)
+
+    def _process_admitted(self, _: object) -> None:
+        if self.channel is not None:  # else the client left while it waited
+            super().process()
 
     def render(self, resrc: IResource) -> None:
         """Render C{resrc}, answering a method it refuses with Kilolock's JSON
@@ -253,6 +207,7 @@ class KilolockRequest(Request):
             self.finish()
 
     def _observe(self, result: object) -> None:
+        self._release()
         self._count_in_flight(-1)
         duration = time.monotonic() - self.arrived
         method = self.method.decode("ascii", "replace") if self.method else "?"

@@ -5,7 +5,6 @@ rule (the control API's token may, for any tenant)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kilolock.errors import InvalidField
@@ -18,6 +17,7 @@ from kilolock.retention import (
     policy_document,
 )
 from kilolock.retention_interfaces import IRetentionStore
+from kilolock.text_rules import NotJSON, load_json
 
 __all__ = ["MAX_REASON", "policy_body", "purge_body", "retention_answer",
            "tombstone_document"]
@@ -34,8 +34,8 @@ def _json(body: bytes) -> Any:
     if len(body) > MAX_BODY:
         raise InvalidField("body", f"the body is larger than {MAX_BODY} bytes")
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        return load_json(body, "the body", "body")
+    except NotJSON:
         raise InvalidField("body", "the body must be a JSON object") from None
 
 

@@ -90,9 +90,16 @@ def cmd_tenants(ctx: Context, args: argparse.Namespace) -> int:
         if not args.yes:
             raise KlError(EXIT_USAGE, f"deleting tenant {args.slug} revokes its tokens: pass"
                           " --yes to confirm")
-        document = ctx.control("DELETE", f"/tenants/{slug}", f"deleting tenant {args.slug}",
-                               expect=(200, 204),
-                               query={"states": "delete"} if args.delete_states else None)
+        try:
+            document = ctx.control(
+                "DELETE", f"/tenants/{slug}", f"deleting tenant {args.slug}",
+                expect=(200, 204), query={"states": "delete"} if args.delete_states else None)
+        except KlError as error:
+            if "not_empty" not in error.message or args.delete_states:
+                raise
+            raise KlError(error.code, f"deleting tenant {args.slug}: it still has states;"
+                          " delete them first, or pass --delete-states to delete them with"
+                          " it (their audit events are kept) [409 not_empty]") from None
     if ctx.out.json_if_asked(document):
         return EXIT_OK
     if action == "list":

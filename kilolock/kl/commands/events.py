@@ -1,16 +1,26 @@
-"""C{kl events} (the audit trail, filtered, paged or followed) and
-C{kl events verify} (the hash chain, checked by the server and again here
-with L{kilolock.audit.verify_chain})."""
+"""C{kl events} (the audit trail, filtered, paged or followed), C{kl events
+verify} (the hash chain, checked by the server and again here with
+L{kilolock.audit.verify_chain}, against the head the server recorded and a
+head pinned with C{--expect-head}) and C{kl events head} (the head to pin)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kilolock.audit import MISSING, NOT_GENESIS, UNLINKED, verify_chain
+from kilolock.audit import (
+    GENESIS_HEAD,
+    HEAD_MISMATCH,
+    MISSING,
+    NOT_GENESIS,
+    TRUNCATED,
+    UNLINKED,
+    ChainHead,
+    verify_chain,
+)
 from kilolock.kl.arguments import CommandTree, positive_float, positive_int, rfc3339_time
 from kilolock.kl.context import Context
 from kilolock.kl.exits import EXIT_BROKEN_CHAIN, EXIT_OK
@@ -38,7 +48,22 @@ def register(tree: CommandTree) -> None:
     events.add_argument("--stop-after", dest="stop_after", type=positive_int,
                         help="with --follow: stop after N new events")
     tree.subcommands("events", events)
-    tree.command("verify", cmd_events_verify, "check the audit hash chain", group="events")
+    verify = tree.command("verify", cmd_events_verify, "check the audit hash chain",
+                          group="events")
+    verify.add_argument("--expect-head", dest="expect_head", type=chain_head_argument,
+                        metavar="SEQ:HASH",
+                        help="a head pinned earlier (`kl events head`): the chain must"
+                             " still pass through it")
+    tree.command("head", cmd_events_head, "the audit chain's head, SEQ:HASH, to pin"
+                 " outside Kilolock", group="events")
+
+
+def chain_head_argument(text: str) -> ChainHead:
+    """C{--expect-head}'s value.  @raise argparse.ArgumentTypeError: not SEQ:HASH."""
+    try:
+        return ChainHead.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _event_query(args: argparse.Namespace) -> dict[str, Any]:
@@ -126,33 +151,57 @@ def _head_seq(ctx: Context, query: Mapping[str, Any]) -> int:
     return int(page["events"][-1]["seq"]) if page["events"] else 0
 
 
+def cmd_events_head(ctx: Context, args: argparse.Namespace) -> int:
+    document = ctx.native_json("/events/head", "reading the chain head")
+    if not ctx.out.json_if_asked(document):
+        ctx.out.line(str(document["head"]))
+    return EXIT_OK
+
+
 def cmd_events_verify(ctx: Context, args: argparse.Namespace) -> int:
-    server = ctx.native_json("/events/verify", "verifying events")
+    pinned: ChainHead | None = args.expect_head
+    server = ctx.native_json("/events/verify", "verifying events",
+                             query={"head": str(pinned)} if pinned else None)
     events, scoped = _all_events(ctx, {}, "reading events")
-    problem = check_chain(events, complete=not scoped)
+    heads = [] if scoped else [_server_head(server), *([pinned] if pinned else [])]
+    problem = check_chain(events, complete=not scoped, heads=heads)
     verified = server.get("verified") is True and problem is None
     result = {"verified": verified, "server": server, "checkedEvents": len(events),
-              "scoped": scoped, "problem": problem}
+              "scoped": scoped, "problem": problem,
+              "pinnedHead": None if pinned is None else str(pinned)}
     if ctx.out.as_json:
         ctx.out.json(result)
     elif verified:
         ctx.out.line(f"the audit chain verifies: {server['events']} events, head"
                      f" #{server['headSeq']} {server.get('headHash') or '-'}")
+        if pinned is not None:
+            ctx.out.line(f"it passes through the pinned head #{pinned.seq}")
         ctx.out.line(f"checked here too: {len(events)} events"
                      + (" (those this token may see)" if scoped else ""))
     else:
         if server.get("verified") is not True:
             ctx.out.line(f"the server finds the chain broken at event #"
-                         f"{server.get('firstBrokenSeq')}")
+                         f"{server.get('firstBrokenSeq')}: {server.get('reason') or '?'}")
         if problem is not None:
             ctx.out.line(f"kl finds the chain broken: {problem}")
     return EXIT_OK if verified else EXIT_BROKEN_CHAIN
 
 
-def check_chain(events: list[dict[str, Any]], complete: bool) -> str | None:
+def _server_head(server: Mapping[str, Any]) -> ChainHead:
+    """The head the server says its store recorded."""
+    seq = server.get("headSeq")
+    hash_ = server.get("headHash")
+    if not isinstance(seq, int) or not seq:
+        return GENESIS_HEAD
+    return ChainHead(seq, str(hash_))
+
+
+def check_chain(events: list[dict[str, Any]], complete: bool,
+                heads: Sequence[ChainHead] = ()) -> str | None:
     """Recompute every event's hash and each link to its predecessor (all links
-    from genesis when C{complete}) with L{verify_chain}; None when everything
-    holds, else what broke, in words."""
+    from genesis when C{complete}), and that the chain passes through
+    C{heads}, with L{verify_chain}; None when everything holds, else what
+    broke, in words."""
     chain: list[AuditEvent] = []
     for document in events:
         at = parse_created(document.get("at") or "")
@@ -164,9 +213,11 @@ def check_chain(events: list[dict[str, Any]], complete: bool) -> str | None:
             lock_id=document.get("lockId"), serial=document.get("serial"),
             sha256=document.get("sha256"), detail=document.get("detailText", ""),
             prev_hash=document.get("prevHash", ""), hash=document.get("hash", "")))
-    broken = verify_chain(chain, complete=complete)
+    broken = verify_chain(chain, complete=complete, heads=heads)
     if broken is None:
         return None
+    if broken.problem in (TRUNCATED, HEAD_MISMATCH):
+        return broken.reason()
     if broken.expected_seq == 1 and broken.problem in (MISSING, NOT_GENESIS):
         return f"the chain does not start at genesis (first event #{broken.seq})"
     if broken.problem == MISSING:

@@ -78,7 +78,9 @@ def _print_diff(out: Output, document: Any) -> None:
     for sign, key in _ADDED_REMOVED:
         out.lines(f"{sign} {label(entry)}" for entry in resources[key])
     for entry in resources["changed"]:
-        out.line(f"~ {label(entry)}")
+        # Destroyed and created again (a new id), as Terraform's plan marks it.
+        sign = "-/+" if entry.get("action") == "replace" else "~"
+        out.line(f"{sign} {label(entry)}")
         for change in entry["changes"]:
             out.line(f"    {change['path']}: {_change_text(change)}")
     for sign, key in _ADDED_REMOVED:

@@ -14,7 +14,7 @@ from kilolock.kl.output import Output, format_age, format_size, format_time, or_
 def register(tree: CommandTree) -> None:
     tree.command("states", cmd_states, "list the states: serial, versions, lock, readiness")
     tree.group("state", "one state: show, history, diff, pull, push, rollback, purge,"
-                        " retention")
+                        " retention, rm, mv, split, import")
     show = tree.command("show", cmd_state_show, "a state's summary and conditions",
                         group="state")
     show.add_argument("name", help=STATE_NAME_HELP)

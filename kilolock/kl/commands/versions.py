@@ -1,6 +1,7 @@
 """The commands that read or write a state's bytes: C{kl state pull} (a
-version exactly), C{kl state push} (a file as the new current version, with
-Terraform's checks) and C{kl state rollback} (an old version as the new
+version exactly, or a slice of it), C{kl state push} (a file as the new
+current version, with Terraform's checks; large files through an upload
+session, in chunks) and C{kl state rollback} (an old version as the new
 current one)."""
 
 from __future__ import annotations
@@ -26,17 +27,29 @@ from kilolock.kl.exits import (
     KlError,
 )
 from kilolock.kl.output import PROGRESS_THRESHOLD, Output, Progress, format_size
+from kilolock.kl.uploads import DEFAULT_CHUNK_BYTES, UPLOAD_THRESHOLD, send_in_chunks
 from kilolock.statediff import restore_body
 from kilolock.tfstate import parse_state
 
 
 def register(tree: CommandTree) -> None:
     pull = tree.command("pull", cmd_state_pull,
-                        "print a state's bytes exactly (the current version, or --version N)",
+                        "print a state's bytes exactly (the current version, or --version N),"
+                        " or a slice of it (--module, --type, --address, --outputs)",
                         group="state")
     pull.add_argument("name", help=STATE_NAME_HELP)
     pull.add_argument("--version", type=positive_int, help="a stored version number")
     pull.add_argument("-o", "--output", help="write to this file instead of stdout")
+    pull.add_argument("--module", action="append", default=[],
+                      help="only this module and what is below it (repeatable)")
+    pull.add_argument("--type", action="append", default=[], dest="types",
+                      help="only resources of this type (repeatable)")
+    pull.add_argument("--address", action="append", default=[], dest="addresses",
+                      help="only this resource or instance (repeatable)")
+    pull.add_argument("--outputs", action="store_true",
+                      help="the outputs (alone: only the outputs)")
+    pull.add_argument("--projected", action="store_true",
+                      help="the slice as projected JSON (sensitive values redacted)")
     push = tree.command("push", cmd_state_push,
                         "write a state file as the new current version (Terraform's checks)",
                         group="state")
@@ -52,6 +65,14 @@ def register(tree: CommandTree) -> None:
                       help="always show the upload progress bar on stderr")
     push.add_argument("--no-progress", dest="progress", action="store_false",
                       help="never show the progress bar")
+    push.add_argument("--chunked", dest="chunked", action="store_true", default=None,
+                      help="always send the state through an upload session in chunks"
+                           f" (the default from {UPLOAD_THRESHOLD >> 20} MiB on)")
+    push.add_argument("--no-chunked", dest="chunked", action="store_false",
+                      help="always send the state in one POST")
+    push.add_argument("--chunk-size", dest="chunk_size", type=positive_int,
+                      default=DEFAULT_CHUNK_BYTES, help="bytes per chunk"
+                      f" (default {DEFAULT_CHUNK_BYTES})")
     rollback = tree.command("rollback", cmd_state_rollback,
                             "restore version N as a new current version", group="state")
     rollback.add_argument("name", help=STATE_NAME_HELP)
@@ -61,7 +82,19 @@ def register(tree: CommandTree) -> None:
 
 
 def cmd_state_pull(ctx: Context, args: argparse.Namespace) -> int:
-    if args.version is not None:
+    sliced = args.module or args.types or args.addresses or args.outputs
+    if args.projected and not sliced:
+        raise KlError(EXIT_USAGE, "--projected goes with --module, --type, --address or"
+                      " --outputs")
+    if sliced:
+        answer = ctx.native(f"/states/{state_path(args.name)}/-/slice",
+                            f"a slice of {args.name}", query={
+                                "module": args.module, "type": args.types,
+                                "address": args.addresses,
+                                "outputs": "true" if args.outputs else None,
+                                "version": args.version,
+                                "format": "projection" if args.projected else None})
+    elif args.version is not None:
         answer = ctx.native(f"/states/{state_path(args.name)}/-/versions/{args.version}",
                             f"version {args.version} of {args.name}")
     else:
@@ -94,7 +127,7 @@ def _is_empty_state(document: Any) -> bool:
     return not instances and not document.get("outputs")
 
 
-def _read_state_file(name: str) -> tuple[bytes, str]:
+def read_state_file(name: str) -> tuple[bytes, str]:
     """The bytes of the state file C{name} (C{-}: stdin) and what to call it."""
     if name == "-":
         return sys.stdin.buffer.read(), "stdin"
@@ -105,7 +138,7 @@ def _read_state_file(name: str) -> tuple[bytes, str]:
 
 
 def cmd_state_push(ctx: Context, args: argparse.Namespace) -> int:
-    raw, source = _read_state_file(args.file)
+    raw, source = read_state_file(args.file)
     try:
         parsed = parse_state(raw)
     except KilolockError as error:
@@ -136,9 +169,16 @@ def cmd_state_push(ctx: Context, args: argparse.Namespace) -> int:
             if args.progress or (args.progress is None and len(body) >= PROGRESS_THRESHOLD
                                  and ctx.out.stderr.isatty()):
                 progress = Progress(len(body), ctx.out.stderr)
-            ctx.http_lane(path, f"writing {args.name}", method="POST", body=body,
-                          query={"ID": lock_id} if lock_id else None,
-                          headers=json_headers(body), progress=progress)
+            chunked = args.chunked if args.chunked is not None else (
+                len(body) >= UPLOAD_THRESHOLD)
+            if chunked:
+                upload = send_in_chunks(ctx, args.name, body, args.chunk_size, progress)
+                ctx.native(f"/uploads/{upload}/commit", f"writing {args.name}",
+                           method="POST", query={"ID": lock_id} if lock_id else None)
+            else:
+                ctx.http_lane(path, f"writing {args.name}", method="POST", body=body,
+                              query={"ID": lock_id} if lock_id else None,
+                              headers=json_headers(body), progress=progress)
             if progress is not None:
                 progress.finish()
             result = {"state": args.name, "serial": serial, "lineage": parsed.lineage,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable
 from json.encoder import encode_basestring_ascii as _encode_json_string
 from typing import Any
@@ -19,6 +18,7 @@ from attrs import define, field
 from psycopg2.extensions import ISQLQuote
 
 from kilolock.model import Projection, StateUpload
+from kilolock.text_rules import clean_json_text
 
 __all__ = ["SQLLiteral", "WriteParameters", "bytes_from_hex", "jsonb_safe"]
 
@@ -36,30 +36,12 @@ def bytes_from_hex(hex_text: str) -> bytes:
                     for start in range(2, len(hex_text), 2 * _QUOTING_CHUNK))
 
 
-# PostgreSQL's jsonb refuses \u0000 and unpaired surrogate escapes, which a
-# state may hold inside attribute values (they are valid JSON).
-_JSONB_UNSAFE_ESCAPE = re.compile(r"\\u(0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
-_JSONB_UNSAFE_TEXT = re.compile("[\x00\ud800-\udfff]")
-
-
 def jsonb_safe(text: str) -> str:
     """C{text} (JSON) with NUL characters and unpaired surrogates replaced by
-    U+FFFD, as jsonb requires; unchanged (and fast) in the usual case."""
-    if _JSONB_UNSAFE_ESCAPE.search(text) is None:
-        return text
-    return json.dumps(_replace_unsafe_text(json.loads(text)), sort_keys=True,
-                      separators=(",", ":"))
-
-
-def _replace_unsafe_text(value: Any) -> Any:
-    if isinstance(value, str):
-        # A valid pair was already joined into one character by json.loads.
-        return _JSONB_UNSAFE_TEXT.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_replace_unsafe_text(item) for item in value]
-    if isinstance(value, dict):
-        return {_replace_unsafe_text(k): _replace_unsafe_text(v) for k, v in value.items()}
-    return value
+    U+FFFD, as jsonb requires (a state may hold them inside attribute values:
+    they are valid JSON); unchanged (and fast) in the usual case.  The rule
+    is L{kilolock.text_rules.clean_json_text}'s."""
+    return clean_json_text(text)
 
 
 class SQLLiteral:

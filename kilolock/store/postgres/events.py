@@ -17,7 +17,7 @@ from typing import Any
 from attrs import evolve
 from twisted.internet.defer import Deferred
 
-from kilolock.audit import event_hash_template, unchained_event
+from kilolock.audit import GENESIS_HEAD, ChainHead, event_hash_template, unchained_event
 from kilolock.model import AuditEvent
 from kilolock.store.postgres import rows, statements
 from kilolock.store.postgres.runner import TransactionRunner
@@ -141,3 +141,20 @@ class PostgresEvents:
                                           self._clock(), detail=detail or {})
 
         return self._runner.run_interaction(record)
+
+    def chain_head(self, tenant: str) -> Deferred[ChainHead]:
+        """@return: a Deferred firing with the tenant's chain head as its
+        tenant row records it (L{SELECT_CHAIN_HEAD})."""
+
+        async def select(cursor: Any) -> ChainHead:
+            await cursor.execute(SELECT_CHAIN_HEAD, (tenant,))
+            row = cursor.fetchone()
+            return GENESIS_HEAD if row is None else ChainHead(int(row[0]), str(row[1]))
+
+        return self._runner.run_interaction(select)
+
+
+# The chain head as the tenant row records it.  Every append moves it in the
+# statement that inserts the event (statements.APPEND_EVENT_STEPS, "moved"),
+# so deleting the newest events leaves it ahead of them: verify compares.
+SELECT_CHAIN_HEAD = "SELECT chain_seq, chain_head FROM tenants WHERE id = %s"

@@ -3,7 +3,7 @@ the purge of one version, L{kilolock.store.postgres.purge}).
 
 A tombstone is the version's row with its bytes gone: C{codec} C{pruned},
 no payload, no data key, no base, C{pruned_at} and C{prune_reason} set
-(C{008_at_rest.sql}).  What a policy lets go is L{kilolock.retention}'s
+(C{010_at_rest.sql}).  What a policy lets go is L{kilolock.retention}'s
 decision; the store reads the facts, asks, and writes the tombstones.
 
 Pruning never waits for a write: L{PostgresRetention.prune_state} locks

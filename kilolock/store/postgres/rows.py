@@ -102,7 +102,7 @@ def listed_version(row: Any) -> StateVersion:
 def held_lock(row: Any) -> HeldLock:
     """An (info, acquired_at, principal, token_digest) row of C{locks}."""
     info, acquired_at, principal, token_digest = row
-    return HeldLock(info=LockInfo.from_bytes(bytes_from_hex(info)),
+    return HeldLock(info=LockInfo.stored(bytes_from_hex(info)),
                     acquired_at=utc(acquired_at),
                     principal=principal, token_digest=token_digest)
 

@@ -49,6 +49,7 @@ from kilolock.store.postgres.blocking import BlockingSession, register_casters
 from kilolock.store.postgres.connection import BYTEA_AS_HEX, UNREACHABLE, ConnectTimeout
 from kilolock.store.postgres.dsn import CONNECT_TIMEOUT, STATEMENT_TIMEOUT, connection_string
 from kilolock.store.postgres.pool import ResilientPool, Ticket
+from kilolock.store.postgres.refusals import INPUT_ERRORS, input_refusal
 from kilolock.store.schema import (
     OWNER_GONE_SQLSTATE,
     SCHEMA_VERSION,
@@ -320,7 +321,8 @@ class TransactionRunner:
 
         @return: a Deferred firing with its result; database unavailability
             becomes L{ServiceUnavailable}; a deadlock is retried; a state of a
-            tenant or environment deleted meanwhile is L{Unauthorized}.
+            tenant or environment deleted meanwhile is L{Unauthorized}; a
+            value the database refuses is a 400 (L{input_refusal}).
         """
         self._in_flight += 1
 
@@ -365,6 +367,13 @@ class TransactionRunner:
             except KilolockError:
                 self._note_reachable(True)
                 raise
+            except INPUT_ERRORS as error:
+                # A value the database refused: a 400, not an outage.
+                refusal = input_refusal(error)
+                if refusal is None:
+                    raise
+                self._note_reachable(True)
+                raise refusal from None
             except UNREACHABLE as error:
                 self._note_reachable(False, error)
                 raise ServiceUnavailable(retry_after=RETRY_AFTER) from None

@@ -310,7 +310,7 @@ class PostgresStates:
     async def _unlock_txn(self, cursor: Any, key: StateKey, lock_id: str | None,
                           info: bytes | None, kind: str, principal: Principal,
                           event_detail: Mapping[str, Any] | None) -> Any:
-        detail = {} if info is None else {**lock_detail(LockInfo.from_bytes(info), principal),
+        detail = {} if info is None else {**lock_detail(LockInfo.stored(info), principal),
                                           **(event_detail or {})}
         _, params = event_parameters(key.tenant, kind, principal.name, key.path, self._clock(),
                                      lock_id=lock_id, detail=detail)

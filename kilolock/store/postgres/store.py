@@ -21,7 +21,7 @@ sharing one database (see L{kilolock.store.postgres.states}).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +31,7 @@ from zope.interface import implementer
 
 from kilolock.atrest.interfaces import IKeyProvider
 from kilolock.atrest.versions import VersionCodec
+from kilolock.audit import ChainHead
 from kilolock.interfaces import (
     IHealthCheck,
     IOidcPolicyStore,
@@ -61,12 +62,15 @@ from kilolock.model import (
     utcnow,
 )
 from kilolock.retention_interfaces import IRetentionStore
+from kilolock.stateops.interfaces import IStateOperationsStore
+from kilolock.stateops.model import StateWrite
 from kilolock.store.embedded import EmbeddedPostgres
 from kilolock.store.postgres.dashboard import PostgresDashboard
 from kilolock.store.postgres.dsn import CONNECT_TIMEOUT, STATEMENT_TIMEOUT
 from kilolock.store.postgres.events import PostgresEvents
 from kilolock.store.postgres.keys import check_keys_txn
 from kilolock.store.postgres.large import LARGE_UPLOAD_BYTES
+from kilolock.store.postgres.multi_write import PostgresMultiWrites
 from kilolock.store.postgres.oidc_policies import PostgresOidcPolicies
 from kilolock.store.postgres.payloads import SnapshotCache
 from kilolock.store.postgres.purge import PostgresPurge
@@ -79,6 +83,7 @@ from kilolock.store.postgres.runner import (
     TransactionRunner,
 )
 from kilolock.store.postgres.statements import PREPARE_STATEMENTS
+from kilolock.store.postgres.stateops import PostgresStateOps
 from kilolock.store.postgres.states import PostgresStates
 from kilolock.store.postgres.tenants import PostgresTenants
 from kilolock.store.postgres.tfe import PostgresTFE
@@ -88,10 +93,12 @@ __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
 
 
 @implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore,
-             IRetentionStore, IHealthCheck)
+             IRetentionStore, IStateOperationsStore, IHealthCheck)
 class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
                          proxyForInterface(ITFEStore, "tfe"),  # type: ignore[misc]
-                         proxyForInterface(IRetentionStore, "retention")):  # type: ignore[misc]
+                         proxyForInterface(IRetentionStore, "retention"),  # type: ignore[misc]
+                         proxyForInterface(IStateOperationsStore,  # type: ignore[misc]
+                                           "stateops")):
     """States, versions, locks, projection rows, audit events and tenants in
     PostgreSQL.  L{ITenantStore} is forwarded whole to L{tenants} (Twisted's
     C{proxyForInterface}: mypy cannot follow a base class made at run time);
@@ -109,6 +116,8 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
     @ivar tfe: the L{PostgresTFE}.
     @ivar retention: the L{PostgresRetention} (L{IRetentionStore}: retention,
         purges, version holds).
+    @ivar stateops: the L{PostgresStateOps} (L{IStateOperationsStore}, but
+        for L{write_states}: L{PostgresMultiWrites}).
     """
 
     def __init__(self, database_url: str | None, reactor: Any, *,
@@ -132,6 +141,7 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
                                   large_size=LARGE_UPLOAD_BYTES)
         self.snapshots = SnapshotCache()
         self._states = PostgresStates(self.runner, clock, self.codec, self.snapshots)
+        self._multi_writes = PostgresMultiWrites(self.runner, clock, self.codec, self.snapshots)
         self._reads = PostgresReads(self.runner, self.codec)
         self._events = PostgresEvents(self.runner, clock)
         self._dashboard = PostgresDashboard(self.runner)
@@ -140,6 +150,7 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
         self.tfe = PostgresTFE(self.runner, clock)
         self.retention = PostgresRetention(
             self.runner, clock, PostgresPurge(self.runner, clock, self.codec, self.snapshots))
+        self.stateops = PostgresStateOps(self.runner, clock)
 
     @classmethod
     def embedded(cls, server: EmbeddedPostgres, reactor: Any,
@@ -182,6 +193,10 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
                     event_detail: Mapping[str, Any] | None = None) -> Deferred[WriteOutcome]:
         return self._states.write_state(key, upload, lock_id, principal, event_kind,
                                         event_detail)
+
+    def write_states(self, writes: Sequence[StateWrite], principal: Principal,
+                     event_kind: str = STATE_WRITE) -> Deferred[list[WriteOutcome]]:
+        return self._multi_writes.write_states(writes, principal, event_kind)
 
     def delete_state(self, key: StateKey, lock_id: str | None,
                      principal: Principal) -> Deferred[None]:
@@ -248,6 +263,9 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
                      state_path: str | None = None,
                      detail: dict[str, Any] | None = None) -> Deferred[AuditEvent]:
         return self._events.record_event(tenant, kind, principal, state_path, detail)
+
+    def chain_head(self, tenant: str) -> Deferred[ChainHead]:
+        return self._events.chain_head(tenant)
 
     # -- OIDC policies: PostgresOidcPolicies ------------------------------
 

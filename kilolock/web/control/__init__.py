@@ -31,7 +31,7 @@ field of a body or query names it (C{"field"}).  HEAD is not answered.
   POST    /v1/api/tenants/{tenant}/terraform-workspaces
           {"name", "environment", "workspace"?, "tags"?}
   GET     /v1/api/tenants/{tenant}/events[?state=&kind=&since=&until=]
-  GET     /v1/api/tenants/{tenant}/events/verify
+  GET     /v1/api/tenants/{tenant}/events/verify[?head=SEQ:HASH]
   GET     /v1/api/tenants/{tenant}/retention[?state=PATH]
   PUT     /v1/api/tenants/{tenant}/retention[?state=PATH]   {"versions", "days"}
   DELETE  /v1/api/tenants/{tenant}/retention[?state=PATH]

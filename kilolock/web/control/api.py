@@ -5,7 +5,6 @@ base resource, and how a request's body and query are read."""
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -16,6 +15,7 @@ from twisted.web.server import Request
 from kilolock.errors import InvalidField, NotFound, TenantNotFound, WorkspaceNotFound
 from kilolock.model import DEFAULT_TENANT, Principal, Tenant, Workspace
 from kilolock.retention import KEEP_EVERYTHING, RetentionPolicy
+from kilolock.text_rules import NotJSON, load_json
 from kilolock.web._base import AsyncResource, Branch, named_child
 from kilolock.web.body import read_body
 from kilolock.web.control import API_ROUTE, MAX_CONTROL_BODY_BYTES
@@ -123,17 +123,19 @@ def query_flag(request: Request, name: str, meaning: str) -> bool:
 
 async def json_object(request: Request, reactor: Any, allowed: dict[str, bool]) -> dict[str, Any]:
     """The request body as a JSON object with only the C{allowed} members
-    (name -> required), every one a string.
+    (name -> required), every one a string, under the text rules of
+    L{kilolock.text_rules}.
 
     @return: (awaited) the object.
     @raise InvalidField: naming the body, or the member at fault.
+    @raise InvalidText: a text rule is broken (naming the member at fault).
     """
     raw = await read_body(request, reactor)
     if len(raw) > MAX_CONTROL_BODY_BYTES:
         raise InvalidField("body", f"the body is larger than {MAX_CONTROL_BODY_BYTES} bytes")
     try:
-        document = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        document = load_json(raw, "the body", "body")
+    except NotJSON:
         raise InvalidField("body", "the body must be a JSON object") from None
     if not isinstance(document, dict):
         raise InvalidField("body", "the body must be a JSON object")

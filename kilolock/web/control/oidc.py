@@ -23,6 +23,7 @@ from twisted.web.server import Request
 from kilolock.errors import InvalidField, InvalidOidcPolicy, OidcPolicyNotFound
 from kilolock.model import OidcPolicyRecord, rfc3339
 from kilolock.oidc.validation import PolicyError, validate_policy
+from kilolock.text_rules import NotJSON, load_json
 from kilolock.web._base import Response, render_async
 from kilolock.web.body import read_body
 from kilolock.web.control import MAX_CONTROL_BODY_BYTES
@@ -36,13 +37,14 @@ def canonical_policy(body: bytes) -> str:
     """The canonical JSON text of the valid policy C{body} holds.
 
     @raise InvalidField: the body is not a JSON object.
+    @raise InvalidText: it breaks a text rule (L{kilolock.text_rules}).
     @raise InvalidOidcPolicy: the document breaks the policy's rules.
     """
     if len(body) > MAX_CONTROL_BODY_BYTES:
         raise InvalidField("body", f"the body is larger than {MAX_CONTROL_BODY_BYTES} bytes")
     try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        document = load_json(body, "the body", "body")
+    except NotJSON:
         raise InvalidField("body", "the body must be a JSON object: the OIDC policy") from None
     if not isinstance(document, dict):
         raise InvalidField("body", "the body must be a JSON object: the OIDC policy")

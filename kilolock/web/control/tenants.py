@@ -9,7 +9,7 @@ audit trail.
       oidc-policy                      L{kilolock.web.control.oidc}
       terraform-workspaces             L{kilolock.web.control.terraform_workspaces}
       events                           L{TenantEventsResource}
-        verify                         L{TenantChainResource}
+        verify                         L{TenantChainResource} (?head=SEQ:HASH)
       retention                        L{kilolock.web.control.retention}
       version-purges                   L{kilolock.web.control.retention}
 """
@@ -21,9 +21,9 @@ from typing import Any
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.audit import verify_chain
 from kilolock.model import Tenant, rfc3339, utcnow
 from kilolock.web._base import Response, render_async
+from kilolock.web.chain import check_tenant_chain, pinned_head
 from kilolock.web.control.api import (
     ControlAPI,
     ControlResource,
@@ -145,24 +145,31 @@ class TenantEventsResource(ControlResource):
 
 
 class TenantChainResource(ControlResource):
-    """The tenant's hash chain, checked link by link."""
+    """The tenant's hash chain, checked link by link against the head the
+    store recorded and a head pinned with C{?head=SEQ:HASH}."""
 
     route = "/v1/api/tenants/{tenant}/events/verify"
 
     @render_async
     async def render_GET(self, request: Request) -> Response:
         tenant = await self.api.tenant(self.tenant)
-        events = await self.api.store.list_events(tenant.id)
-        broken = verify_chain(events)
+        check = await check_tenant_chain(self.api.store, tenant.id, pinned_head(request))
+        broken = check.broken
         document: dict[str, Any] = {
             "ok": broken is None,
             "tenant": tenant.id,
-            "events": len(events),
-            "head_seq": events[-1].seq if events else 0,
-            "head_hash": events[-1].hash if events else None,
+            "events": len(check.events),
+            "head_seq": check.head.seq,
+            "head_hash": check.head.hash if check.head.seq else None,
+            "last_seq": check.last_seq,
+            "truncated": check.truncated,
+            "pinned_head": None if check.pinned is None else str(check.pinned),
         }
         if broken is not None:
-            document["first_broken"] = {"seq": broken.seq, "kind": broken.event.kind,
-                                        "at": rfc3339(broken.event.at),
-                                        "reason": broken.reason()}
+            event = None if check.truncated else broken.event
+            document["first_broken"] = {
+                "seq": broken.seq, "problem": broken.problem, "head": check.broken_head,
+                "kind": None if event is None else event.kind,
+                "at": None if event is None else rfc3339(event.at),
+                "reason": broken.reason()}
         return json_response(document)

@@ -24,7 +24,8 @@ ever needs encoding and no route is ambiguous:
   GET PUT DELETE /v1/native/retention                   the tenant's retention policy
   GET   /v1/native/resources?type=&address=&module=&attribute=&state=&limit=
   GET   /v1/native/events?state=&kind=&since=&until=&after=&limit=&last=
-  GET   /v1/native/events/verify                     the tenant's hash chain, checked
+  GET   /v1/native/events/verify[?head=SEQ:HASH]     the tenant's hash chain, checked
+  GET   /v1/native/events/head                       its head, to pin elsewhere
 
 Every answer is JSON except a version's bytes; every error is the JSON error
 document, lock conflicts included (with the holder under C{"lock"}).  A state

@@ -8,9 +8,18 @@ from datetime import datetime
 from typing import Any
 
 from kilolock.conditions import state_conditions, state_ready
-from kilolock.errors import BadRequest, LockConflict
+from kilolock.errors import LockConflict
 from kilolock.metrics import Metrics
-from kilolock.model import AuditEvent, LockInfo, ResourceMatch, StateSummary, StateVersion, rfc3339
+from kilolock.model import (
+    AuditEvent,
+    HeldLock,
+    LockInfo,
+    ResourceMatch,
+    StateSummary,
+    StateVersion,
+    rfc3339,
+)
+from kilolock.text_rules import clean_document, stored_document
 from kilolock.web._base import Response, error_body
 from kilolock.web.documents import json_response, lock_document
 from kilolock.web.retention import tombstone_document
@@ -66,36 +75,40 @@ def match_document(match: ResourceMatch) -> dict[str, Any]:
         "type": row.type,
         "name": row.name,
         "provider": row.provider,
-        "indexKey": None if row.index_key is None else json.loads(row.index_key),
+        "indexKey": None if row.index_key is None else stored_document(row.index_key),
         "deposed": row.deposed,
-        "attributes": json.loads(row.attributes),
+        "attributes": stored_document(row.attributes),
     }
 
 
 def event_detail(event: AuditEvent | None) -> dict[str, Any]:
-    """An event's detail as a JSON object (empty when it is not one)."""
+    """An event's detail as a JSON object (empty when it is not one), for
+    reading its facts: text a page cannot show (NUL, an unpaired surrogate
+    an older record holds) is U+FFFD.  (The event document keeps the exact
+    text under C{detailText}: the hash is over that.)"""
     if event is None:
         return {}
-    try:
-        detail = json.loads(event.detail)
-    except ValueError:
-        return {}
-    return detail if isinstance(detail, dict) else {}
+    detail = stored_document(event.detail)
+    return clean_document(detail) if isinstance(detail, dict) else {}
 
 
-def locked_response(error: LockConflict, metrics: Metrics | None) -> Response:
+def locked_response(error: LockConflict, metrics: Metrics | None,
+                    held: HeldLock | None = None) -> Response:
     """A lock conflict as this lane answers it (counted in C{metrics}): the
-    JSON error document, with the holder's LockInfo under C{"lock"}."""
+    JSON error document, with the holder's LockInfo under C{"lock"} and,
+    when C{held} is the lock, the server's time of acquisition under
+    C{"acquiredAt"} (what C{kl} shows as "since")."""
     if metrics is not None:
         metrics.lock_conflicts.inc()
-    try:
-        holder = LockInfo.from_bytes(error.holder)
-        lock: Any = json.loads(error.holder)
-        who = holder.who or "another client"
-        message = f"the state is locked by {who} ({holder.operation or 'an operation'}," \
-                  f" lock ID {holder.id})"
-    except (ValueError, BadRequest):
-        lock, message = None, "the state is locked by another client"
+    holder = LockInfo.stored(error.holder)
+    lock = stored_document(error.holder)
+    if holder.id:
+        message = (f"the state is locked by {holder.who or 'another client'}"
+                   f" ({holder.operation or 'an operation'}, lock ID {holder.id})")
+    else:
+        message = "the state is locked by another client"
     document = json.loads(error_body("locked", message))
     document["error"]["lock"] = lock
+    if held is not None and held.info.raw == error.holder:
+        document["error"]["acquiredAt"] = rfc3339(held.acquired_at)
     return json_response(document, error.status)

@@ -1,15 +1,16 @@
 """The audit trail on the native API: C{/v1/native/events} (paged and
 filtered, a scoped token seeing only its own states' events) and
-C{/v1/native/events/verify} (the tenant's hash chain, checked)."""
+C{/v1/native/events/verify} (the tenant's hash chain, checked against its
+recorded head and a pinned one) and C{/v1/native/events/head} (the head)."""
 
 from __future__ import annotations
 
 from twisted.web.server import Request
 
-from kilolock.audit import verify_chain
 from kilolock.model import Principal
 from kilolock.scope import in_scope, scope_prefix
 from kilolock.web._base import Response, render_async
+from kilolock.web.chain import check_tenant_chain, pinned_head
 from kilolock.web.documents import event_document, json_response
 from kilolock.web.lane import StateLane
 from kilolock.web.native import BASE_PATH
@@ -59,6 +60,7 @@ class EventListResource(Collection):
     def __init__(self, lane: StateLane) -> None:
         super().__init__(lane)
         self.putChild(b"verify", EventVerifyResource(lane))
+        self.putChild(b"head", EventHeadResource(lane))
 
     @render_async
     async def render_GET(self, request: Request) -> Response:
@@ -69,19 +71,41 @@ class EventListResource(Collection):
 
 
 class EventVerifyResource(NativeResource):
-    """The tenant's whole chain, checked link by link on the server."""
+    """The tenant's whole chain, checked link by link on the server against
+    the head the store recorded and a head pinned with C{?head=SEQ:HASH}."""
 
     route = BASE_PATH + "/events/verify"
 
     @render_async
     async def render_GET(self, request: Request) -> Response:
         principal = await self.lane.authorize(request)
-        events = await self.lane.store.list_events(principal.tenant)
-        broken = verify_chain(events)
+        check = await check_tenant_chain(self.lane.store, principal.tenant,
+                                         pinned_head(request))
+        broken = check.broken
         return json_response({
             "verified": broken is None,
-            "events": len(events),
-            "headSeq": events[-1].seq if events else 0,
-            "headHash": events[-1].hash if events else None,
+            "events": len(check.events),
+            "headSeq": check.head.seq,
+            "headHash": check.head.hash if check.head.seq else None,
+            "lastSeq": check.last_seq,
+            "truncated": check.truncated,
+            "pinnedHead": None if check.pinned is None else str(check.pinned),
             "firstBrokenSeq": None if broken is None else broken.seq,
+            "problem": None if broken is None else broken.problem,
+            "brokenHead": check.broken_head,
+            "reason": None if broken is None else broken.reason(),
         })
+
+
+class EventHeadResource(NativeResource):
+    """C{GET /v1/native/events/head}: the tenant's chain head as the store
+    recorded it, to pin outside Kilolock (C{kl events head})."""
+
+    route = BASE_PATH + "/events/head"
+
+    @render_async
+    async def render_GET(self, request: Request) -> Response:
+        principal = await self.lane.authorize(request)
+        head = await self.lane.store.chain_head(principal.tenant)
+        return json_response({"tenant": principal.tenant, "seq": head.seq, "hash": head.hash,
+                              "head": str(head)})

@@ -4,15 +4,15 @@ restores one as a new version."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
 from kilolock.errors import BadRequest, LockConflict, NotFound, VersionNotFound
-from kilolock.model import STATE_ROLLBACK, STATE_WRITE, AuditEvent, StateUpload
+from kilolock.model import STATE_OPERATION, STATE_ROLLBACK, STATE_WRITE, AuditEvent, StateUpload
 from kilolock.statediff import diff_states, output_document, outputs_of, restore_body
+from kilolock.text_rules import MAX_WHOLE_NUMBER, NotJSON, load_json, whole_number
 from kilolock.web._base import JSON, Branch, Response, render_async
 from kilolock.web.body import in_thread_if_large, prepare_upload, read_body
 from kilolock.web.documents import NO_STORE, json_response
@@ -31,17 +31,19 @@ class VersionListResource(StateSubresource):
     route = BASE_PATH + "/states/{state}/-/versions"
 
     def child(self, segment: str) -> Resource:
-        if not segment.isdigit() or int(segment) < 1:
+        number = whole_number(segment)
+        if number is None or number < 1:
             return Branch(NotFound("version numbers are whole numbers from 1"),
                           child=lambda _: no_route())
-        return VersionResource(self.lane, self.segments, int(segment))
+        return VersionResource(self.lane, self.segments, number)
 
     @render_async
     async def render_GET(self, request: Request) -> Response:
         _, key = await self.key(request)
         versions = await self.versions(key)
         writes = await self.lane.store.list_events(key.tenant, state_path=key.path,
-                                                   kinds=[STATE_WRITE, STATE_ROLLBACK])
+                                                   kinds=[STATE_WRITE, STATE_ROLLBACK,
+                                                          STATE_OPERATION])
         # The event that wrote each version (the latest one naming it: numbers
         # start again after a delete).
         by_version: dict[tuple[int, str | None], AuditEvent] = {}
@@ -123,10 +125,7 @@ class OutputsResource(StateSubresource):
         _, key = await self.lane.authorize_state(request, self.segments, outputs=True)
         number = number_arg(request, "version")
         if number is None:
-            summary = await self.summary(key)
-            if summary.current is None:
-                raise VersionNotFound("the state has no version yet")
-            number = summary.current.number
+            number = await self.current_number(key)
             projection = await self.lane.store.get_projection(key)
             after = await self.lane.store.get_summary(key)
             unchanged = (after is not None and after.current is not None
@@ -169,7 +168,7 @@ class RollbackResource(StateSubresource):
                 key, upload, lock_id, principal, event_kind=STATE_ROLLBACK,
                 event_detail={"restored_version": number})
         except LockConflict as error:
-            return locked_response(error, self.metrics)
+            return locked_response(error, self.metrics, await self.lane.store.get_lock(key))
         self.lane.count_write(outcome)
         return json_response({"state": key.path, "restoredFrom": number,
                               "version": version_document(outcome.version, current=True)})
@@ -179,14 +178,17 @@ def rollback_version(body: bytes) -> int:
     """The version number a rollback body names.
 
     @raise BadRequest: unless the body is C{{"version": n}} with n >= 1.
+    @raise InvalidText: the body breaks a text rule (L{kilolock.text_rules}).
     """
     document: Any
     try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        document = load_json(body, "the rollback body")
+    except NotJSON:
         document = None
     number = document.get("version") if isinstance(document, dict) else None
     if not isinstance(number, int) or isinstance(number, bool) or number < 1:
         raise BadRequest('the body must be {"version": N}: the number of the version to'
                          " restore (see /-/versions)")
+    if number > MAX_WHOLE_NUMBER:
+        raise VersionNotFound(f"the state has no version above {MAX_WHOLE_NUMBER}")
     return number

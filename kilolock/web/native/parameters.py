@@ -8,9 +8,10 @@ from typing import Any
 
 from twisted.web.server import Request
 
-from kilolock.errors import BadRequest, InvalidPath
+from kilolock.errors import BadRequest, InvalidField, InvalidPath
 from kilolock.model import Principal, ResourceQuery, StateKey
 from kilolock.scope import state_key
+from kilolock.text_rules import MAX_WHOLE_NUMBER, whole_number
 from kilolock.web.paths import state_segments
 from kilolock.web.query import plain_error, query_time, query_value
 
@@ -29,11 +30,11 @@ def number_arg(request: Request, name: str, minimum: int = 1,
     text = text_arg(request, name)
     if text is None or text == "":
         return None
-    if not text.isdigit() or int(text) < minimum or (maximum is not None
-                                                     and int(text) > maximum):
-        bound = f" and {maximum}" if maximum is not None else ""
-        raise BadRequest(f"{name} must be a whole number, at least {minimum}{bound}")
-    return int(text)
+    number = whole_number(text)
+    top = MAX_WHOLE_NUMBER if maximum is None else maximum
+    if number is None or not minimum <= number <= top:
+        raise BadRequest(f"{name} must be a whole number from {minimum} to {top}")
+    return number
 
 
 def time_arg(request: Request, name: str) -> datetime | None:
@@ -53,6 +54,20 @@ def state_arg(request: Request, principal: Principal) -> StateKey | None:
     if segments is None:
         raise BadRequest("state is NAME or WORKSPACE_ID/ENV_PUBLIC_ID/NAME")
     return state_key(principal, segments, write=False)
+
+
+def body_state(principal: Principal, name: str, write: bool = False) -> StateKey:
+    """The state a request body names (C{name} or C{ws/env/name}), under the
+    scope rule (403 outside the caller's scope).
+
+    @raise InvalidField: (400, C{state}) not a state name."""
+    try:
+        segments = state_segments(name)
+    except InvalidPath as error:
+        raise InvalidField("state", f"state: {error.message}") from None
+    if segments is None:
+        raise InvalidField("state", "a state is NAME or WORKSPACE_ID/ENV_PUBLIC_ID/NAME")
+    return state_key(principal, segments, write=write)
 
 
 def resource_query(request: Request, **scope: Any) -> ResourceQuery:

@@ -24,7 +24,7 @@ from kilolock.web.lane import StateLane
 NO_ROUTE = ("no such route: a state is /v1/native/states/{name} or"
             " /v1/native/states/{workspace_id}/{env_public_id}/{state_name}, followed by"
             " /-/versions, /-/versions/{n}, /-/versions/{n}/purge, /-/diff, /-/outputs,"
-            " /-/resources, /-/lock, /-/events, /-/rollback or /-/retention")
+            " /-/resources, /-/lock, /-/events, /-/rollback, /-/retention or /-/slice")
 
 
 def no_route() -> Resource:
@@ -91,6 +91,13 @@ class StateSubresource(NativeResource):
         if summary is None:
             raise StateNotFound("no such state")
         return summary
+
+    async def current_number(self, key: StateKey) -> int:
+        """The number of the state's current version (404 without one)."""
+        summary = await self.summary(key)
+        if summary.current is None:
+            raise VersionNotFound("the state has no version yet")
+        return summary.current.number
 
     async def versions(self, key: StateKey) -> list[StateVersion]:
         versions = await self.lane.store.list_versions(key)

@@ -35,6 +35,7 @@ from kilolock.web.native.history import (
 from kilolock.web.native.resource import NO_ROUTE, StateSubresource, no_route
 from kilolock.web.native.retention import StateRetentionResource
 from kilolock.web.native.search import StateResourcesResource
+from kilolock.web.native.slice import SliceResource
 
 
 class LockStatusResource(StateSubresource):
@@ -71,6 +72,7 @@ SUBRESOURCES: dict[str, type[StateSubresource]] = {
     "events": StateEventsResource,
     "rollback": RollbackResource,
     "retention": StateRetentionResource,
+    "slice": SliceResource,
 }
 
 

@@ -5,6 +5,10 @@
     resources                 L{ResourceSearchResource}
     events                    L{EventListResource}
       verify                  L{EventVerifyResource}
+      head                    L{EventHeadResource}
+    operations                L{OperationListResource}; an operation below
+    uploads                   L{UploadListResource}; an upload session below
+    blobs                     L{BlobListResource}; version bytes by digest below
     retention                 L{TenantRetentionResource}
 
 Each list answers with a trailing slash too (C{/v1/native/states/}).
@@ -19,16 +23,21 @@ from twisted.web.server import Request
 
 from kilolock.model import utcnow
 from kilolock.scope import in_scope
+from kilolock.stateops.runner import OperationRunner
 from kilolock.web._base import JSON, Response, named_child, render_async
 from kilolock.web.documents import json_response
 from kilolock.web.lane import StateLane
 from kilolock.web.native import BASE_PATH, LANE_NAME, LANE_VERSION
+from kilolock.web.native.blobs import BlobListResource
 from kilolock.web.native.documents import summary_document
 from kilolock.web.native.events import EventListResource
+from kilolock.web.native.operations import OperationListResource
+from kilolock.web.native.options import NativeOptions
 from kilolock.web.native.resource import Collection
 from kilolock.web.native.retention import TenantRetentionResource
 from kilolock.web.native.search import ResourceSearchResource
 from kilolock.web.native.state import StateSummaryResource
+from kilolock.web.native.uploads import UploadListResource
 
 
 class StateListResource(Collection):
@@ -56,12 +65,19 @@ class NativeRoot(Collection):
 
     route = BASE_PATH
 
-    def __init__(self, lane: StateLane) -> None:
+    def __init__(self, lane: StateLane, options: NativeOptions | None = None) -> None:
         super().__init__(lane)
+        options = options if options is not None else NativeOptions()
+        #: Runs this process's state operations.
+        self.runner = options.runner if options.runner is not None else OperationRunner(
+            lane.store, lane.reactor, now=options.now)
         self.putChild(b"states", StateListResource(lane))
         self.putChild(b"resources", ResourceSearchResource(lane))
         self.putChild(b"events", EventListResource(lane))
         self.putChild(b"retention", TenantRetentionResource(lane))
+        self.putChild(b"operations", OperationListResource(lane, options, self.runner))
+        self.putChild(b"uploads", UploadListResource(lane, options))
+        self.putChild(b"blobs", BlobListResource(lane))
 
     @render_async
     async def render_GET(self, request: Request) -> Response:

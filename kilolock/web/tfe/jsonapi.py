@@ -15,6 +15,7 @@ from typing import Any
 
 from kilolock.errors import KilolockError, LockConflict, MethodNotAllowed
 from kilolock.web._base import Response
+from kilolock.web.documents import json_bytes
 from kilolock.web.tfe import API_VERSION
 
 MEDIA_TYPE = b"application/vnd.api+json"
@@ -34,9 +35,9 @@ def api_headers(extra: dict[bytes, bytes] | None = None) -> dict[bytes, bytes]:
 
 
 def jsonapi_response(document: Any, status: int = 200) -> Response:
-    """C{document} as a JSON:API answer."""
-    return Response(status, json.dumps(document, ensure_ascii=False).encode("utf-8"),
-                    MEDIA_TYPE, api_headers())
+    """C{document} as a JSON:API answer (whatever a stored state holds:
+    L{json_bytes})."""
+    return Response(status, json_bytes(document, indent=None), MEDIA_TYPE, api_headers())
 
 
 def error_document(status: int, detail: str | None = None,

@@ -24,6 +24,7 @@ from twisted.web.server import Request
 
 from kilolock.errors import NotFound
 from kilolock.model import DEFAULT_TENANT, Principal, StateKey, utcnow
+from kilolock.oidc.policy import Access
 from kilolock.scope import scope_prefix, state_key
 from kilolock.tfe.model import TFEWorkspace
 from kilolock.tfe.names import (
@@ -82,6 +83,17 @@ class UnimplementedRoutes:
             return
         self.seen.add(route)
         log.warn(UNIMPLEMENTED_LOG, tfe_route=route)
+
+
+def visible_to(principal: Principal, path: str) -> bool:
+    """Whether C{principal} may know of the workspace of the state at
+    C{path} at all (otherwise every answer about it is the 404 of an id that
+    never existed): the state is inside the token's workspace/environment and
+    addressable as a TFE workspace, and a CI token's grants let it read at
+    least the state's outputs."""
+    if workspace_name_of(path, scope_prefix(principal)) is None:
+        return False
+    return principal.oidc is None or principal.oidc.allows(path, Access.OUTPUTS_ONLY)
 
 
 @frozen
@@ -197,21 +209,27 @@ class TFELane:
             caller's scope (one answer for all).
         """
         principal = await self.caller(request, write, outputs)
-        workspace = await self.workspace_of(principal, workspace_id)
+        workspace = await self.workspace_of(principal, workspace_id, write, outputs)
         context_of(request).key = workspace.key
         return principal, workspace
 
-    async def workspace_of(self, principal: Principal, workspace_id: str) -> TFEWorkspace:
-        """The workspace with C{workspace_id} as C{principal} may see it.
+    async def workspace_of(self, principal: Principal, workspace_id: str,
+                           write: bool = False, outputs: bool = False) -> TFEWorkspace:
+        """The workspace with C{workspace_id} as C{principal} may see it, for
+        a request that writes (C{write}) or reads only outputs (C{outputs}).
 
-        @raise NotFound: no such id, another tenant's, or outside the scope.
+        @raise NotFound: no such id, another tenant's, or one the caller may
+            not see (see L{visible_to}): one answer for all.
+        @raise Forbidden: the caller sees it but may not do this (the scope
+            rule of L{kilolock.scope.state_key}: a read-only token or grant
+            writing, an outputs-only one reading more than outputs).
         """
         found = None
         if is_workspace_id(workspace_id):
             found = await self.store.tfe_workspace_by_id(principal.tenant, workspace_id)
-        if (not isinstance(found, TFEWorkspace)
-                or workspace_name_of(found.key.path, scope_prefix(principal)) is None):
+        if not isinstance(found, TFEWorkspace) or not visible_to(principal, found.key.path):
             raise NotFound("no such workspace")
+        state_key(principal, tuple(found.key.path.split("/")), write, outputs=outputs)
         return found
 
     # -- URLs ---------------------------------------------------------------

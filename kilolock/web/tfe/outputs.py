@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from twisted.web.server import Request
 
-from kilolock.errors import EncryptedState, Forbidden, NotFound
-from kilolock.hosted import OUTPUTS_SCOPE
+from kilolock.errors import Denied, EncryptedState, Forbidden, NotFound
+from kilolock.scope import state_key
 from kilolock.tfe.names import parse_output_id
 from kilolock.tfe.outputs import output_of_state, view_of_row
 from kilolock.web._base import Response, render_async
@@ -69,13 +69,18 @@ class OutputResource(TFEResource):
         ref = parse_output_id(self.identifier)
         if ref is None:
             raise NotFound("no such output")
-        workspace = await self.lane.workspace_of(principal, ref.workspace_id)
+        workspace = await self.lane.workspace_of(principal, ref.workspace_id, outputs=True)
         raw = await self.lane.store.read_version(workspace.key, ref.number)
         view = None if raw is None else await in_thread_if_large(
             self.lane.reactor, len(raw), output_of_state, raw, ref.index)
         if view is None:
             raise NotFound("no such output")
-        if view.sensitive and principal.scope == OUTPUTS_SCOPE:
-            raise Forbidden("this token may not read sensitive outputs")
+        if view.sensitive:
+            # A sensitive value is the state's content: whoever may read the
+            # state (the scope rule: not an outputs-only token or grant).
+            try:
+                state_key(principal, tuple(workspace.key.path.split("/")), False)
+            except Denied:
+                raise Forbidden("this token may not read sensitive outputs") from None
         return jsonapi_response({"data": state_version_output_resource(
             self.identifier, view, reveal=True)})

@@ -22,7 +22,6 @@ from twisted.web.server import Request
 
 from kilolock.errors import ChecksumMismatch, NotFound, SerialConflict
 from kilolock.model import Principal, StateVersion
-from kilolock.scope import scope_prefix
 from kilolock.tfe import grants
 from kilolock.tfe.errors import WorkspaceLocked
 from kilolock.tfe.locks import owns
@@ -32,7 +31,6 @@ from kilolock.tfe.names import (
     new_pending_id,
     parse_version_id,
     version_id,
-    workspace_name_of,
 )
 from kilolock.tfe.requests import parse_state_version_create
 from kilolock.web._base import JSON, Response, render_async
@@ -41,7 +39,7 @@ from kilolock.web.request import DEFAULT_MAX_BODY_BYTES
 from kilolock.web.tfe.base import TFEResource
 from kilolock.web.tfe.documents import pending_version_resource, state_version_resource
 from kilolock.web.tfe.jsonapi import api_headers, jsonapi_response
-from kilolock.web.tfe.lane import TFELane
+from kilolock.web.tfe.lane import TFELane, visible_to
 from kilolock.web.tfe.workspaces import BelowWorkspace
 
 NOT_HELD = ("the workspace must be locked by you through this API (actions/lock) before a"
@@ -150,7 +148,7 @@ class VersionResource(TFEResource):
             pending = await self.lane.store.tfe_pending_version(self.identifier)
             if (not isinstance(pending, PendingVersion)
                     or pending.key.tenant != principal.tenant
-                    or workspace_name_of(pending.key.path, scope_prefix(principal)) is None):
+                    or not visible_to(principal, pending.key.path)):
                 raise NotFound("no such state version")
             return jsonapi_response({"data": pending_version_resource(
                 pending, pending.status_at(self.lane.clock()), base)})

@@ -47,7 +47,7 @@ from kilolock.web.tfe.documents import (
     workspace_resource,
 )
 from kilolock.web.tfe.jsonapi import jsonapi_response
-from kilolock.web.tfe.lane import TFELane
+from kilolock.web.tfe.lane import TFELane, visible_to
 
 _TAGGED = re.compile(r"^filter\[tagged\]\[(\d{1,3})\]\[(key|value)\]$")
 MAX_PAGE_SIZE = 100
@@ -138,7 +138,8 @@ class OrganizationWorkspacesResource(InOrganization):
         chosen = workspace_filter(request)
         page = page_of(request)
         found = [workspace for workspace in await self.lane.store.tfe_list_workspaces(
-            principal.tenant, scope_prefix(principal)) if chosen.keeps(workspace)]
+            principal.tenant, scope_prefix(principal))
+            if chosen.keeps(workspace) and visible_to(principal, workspace.key.path)]
         summaries = {summary.key: summary
                      for summary in await self.lane.store.list_states(principal.tenant)}
         return jsonapi_response({

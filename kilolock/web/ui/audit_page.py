@@ -16,6 +16,7 @@ from kilolock.model import (
     LOCK_FORCE_RELEASE,
     LOCK_RELEASE,
     STATE_DELETE,
+    STATE_OPERATION,
     STATE_ROLLBACK,
     STATE_WRITE,
     AuditEvent,
@@ -29,8 +30,8 @@ from kilolock.web.ui.params import number, state_url, text, with_query
 from kilolock.web.ui.states_page import options
 
 EVENT_PAGE = 100
-STATE_KINDS = (STATE_WRITE, STATE_ROLLBACK, STATE_DELETE, LOCK_ACQUIRE, LOCK_RELEASE,
-               LOCK_FORCE_RELEASE)
+STATE_KINDS = (STATE_WRITE, STATE_ROLLBACK, STATE_OPERATION, STATE_DELETE, LOCK_ACQUIRE,
+               LOCK_RELEASE, LOCK_FORCE_RELEASE)
 
 
 def what(event: AuditEvent) -> str:
@@ -121,8 +122,10 @@ class AuditPage(UiResource):
     async def show(self, request: Request, viewer: Viewer) -> Response:
         filters = {name: text(request, name) for name in ("kind", "state", "by")}
         page = number(request, "page", 1, 10**6)
+        # The head first: an event appended meanwhile only extends the chain.
+        head = await self.lane.store.chain_head(viewer.principal.tenant)
         chain = await self.lane.store.list_events(viewer.principal.tenant)
-        broken = verify_chain(chain)
+        broken = verify_chain(chain, heads=[head])
         shown = [event for event in chain
                  if in_scope(viewer.principal, event.state_path)
                  and (not filters["kind"] or event.kind == filters["kind"])

@@ -78,10 +78,12 @@ def build_graph(resources: Iterable[ResourceRow],
             counts[name] = counts.get(name, 0) + 1
     edges = {(row.depends_on, resource_of(row.address)) for row in dependencies}
     edges = {(source, target) for source, target in edges if source != target}
-    if len(counts | {source: 0 for source, _ in edges}) <= MAX_NODES:
+    # An end of an edge may have no current object of its own (a resource
+    # only depended on, or whose only object is deposed): a node still.
+    ends = {name for edge in edges for name in edge}
+    if len(counts.keys() | ends) <= MAX_NODES:
         nodes = [Node(name, name, count) for name, count in counts.items()]
-        nodes += [Node(name, name, 0, known=False)
-                  for name in sorted({source for source, _ in edges} - set(counts))]
+        nodes += [Node(name, name, 0, known=False) for name in sorted(ends - set(counts))]
         return Graph("resource", tuple(nodes), tuple(sorted(edges)))
     modules: dict[str, int] = {}
     for name, count in counts.items():

@@ -18,6 +18,9 @@ It writes:
   - C{deposed.tfstate}: a C{create_before_destroy} replacement whose create-time
     provisioner fails, which leaves a tainted current object and a deposed one.
   - C{destroyed.tfstate}: C{full} after C{terraform destroy} (no resources).
+  - C{monolith.tfstate}: the refactoring tests' monolith (the layout
+    C{before} of C{tests/refactor_configs.py}: nested modules, C{count} and
+    C{for_each}, a data source, dependencies).
 
 Resource ids and lineages are random, so each run produces different bytes;
 the tests only rely on the structure.  Each Terraform command runs in a process
@@ -224,12 +227,23 @@ def generate_deposed(root: Path) -> None:
     shutil.copyfile(work / "terraform.tfstate", HERE / "deposed.tfstate")
 
 
+def generate_monolith(root: Path) -> None:
+    sys.path.insert(0, str(HERE.parent.parent))
+    from refactor_configs import write_layout
+
+    work = write_layout(root / "monolith", "before")
+    terraform(work, "init", "-input=false", "-no-color")
+    terraform(work, "apply", "-auto-approve", "-input=false", "-no-color")
+    shutil.copyfile(work / "terraform.tfstate", HERE / "monolith.tfstate")
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kilolock-tfstate-") as tmp:
         root = Path(tmp)
         (root / "empty.tfrc").write_text("")
         generate_full(root)
         generate_deposed(root)
+        generate_monolith(root)
     print(f"wrote the fixtures to {HERE}")
 
 

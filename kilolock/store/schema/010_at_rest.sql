@@ -1,4 +1,4 @@
--- Kilolock schema version 8: state at rest -- encrypted payloads, tombstones
+-- Kilolock schema version 10: state at rest -- encrypted payloads, tombstones
 -- of pruned and purged versions, retention policies, version holds, and the
 -- admin token scope.
 --

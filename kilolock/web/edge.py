@@ -1,0 +1,241 @@
+"""The edge of every Kilolock listener: the limits a connection, a request
+head and a request body are held to before any resource sees them, their
+options, and the answers that refuse them.
+
+Every refusal is a complete HTTP/1.1 response with a JSON error body
+(C{{"error": {"code": ..., "message": ...}}}, the code naming the limit and
+the message its setting) and C{Connection: close}; the connection is closed
+after it (see L{kilolock.web.channel}).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from attrs import fields, frozen
+from twisted.web.http import RESPONSES
+
+from kilolock.errors import KilolockError
+from kilolock.web._base import ErrorDialect, response_for_error
+
+#: The request line (method, target, version) at most, in bytes.
+DEFAULT_MAX_REQUEST_LINE = 8192
+#: The request line and every header line together at most, in bytes
+#: (line ends not counted), as twisted.web's own default.
+DEFAULT_MAX_HEAD_BYTES = 16384
+DEFAULT_MAX_HEADERS = 100
+DEFAULT_HEADER_TIMEOUT = 20.0
+DEFAULT_BODY_MIN_RATE = 500
+DEFAULT_BODY_RATE_GRACE = 10.0
+DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 64
+DEFAULT_LISTEN_BACKLOG = 511
+DEFAULT_LARGE_BODY_BYTES = 1 << 20
+DEFAULT_BODY_BUDGET_BYTES = 1 << 30
+DEFAULT_PARSE_BUDGET_BYTES = 128 << 20
+
+
+@frozen
+class EdgeLimits:
+    """The limits of one listener's connections and requests.  A zero
+    turns off the limits documented as "0: off"."""
+
+    max_request_line: int = DEFAULT_MAX_REQUEST_LINE
+    max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES
+    max_headers: int = DEFAULT_MAX_HEADERS
+    #: Seconds from a request's first byte to the end of its head.
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    #: Bytes per second a body must average once its grace period is over
+    #: (0: off).
+    body_min_rate: int = DEFAULT_BODY_MIN_RATE
+    body_rate_grace: float = DEFAULT_BODY_RATE_GRACE
+    #: Open connections from one TCP peer address (0: off); trusted
+    #: proxies are exempt.
+    max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
+    listen_backlog: int = DEFAULT_LISTEN_BACKLOG
+    #: Bodies at least this large count against the budgets below.
+    large_body_bytes: int = DEFAULT_LARGE_BODY_BYTES
+    #: Bytes of large bodies admitted at once: receiving, waiting or being
+    #: processed (0: no budget).
+    body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES
+    #: Bytes of large bodies read into memory and processed at once
+    #: (0: no budget).
+    parse_budget_bytes: int = DEFAULT_PARSE_BUDGET_BYTES
+
+    def check(self) -> None:
+        """@raise ValueError: naming the environment variable of a bad value."""
+        for option in EDGE_OPTIONS:
+            value = getattr(self, option.field)
+            if value < 0 or (value == 0 and not option.zero_allowed):
+                raise ValueError(f"{option.env} must be"
+                                 f" {'0 or more' if option.zero_allowed else 'positive'}")
+
+
+#: The limits when none are given.
+DEFAULT_LIMITS = EdgeLimits()
+
+
+@frozen
+class EdgeOption:
+    """One limit's command-line option and environment variable."""
+
+    option: str
+    env: str
+    field: str
+    kind: type[int] | type[float]
+    #: Whether 0 is a value (else the value must be positive).
+    zero_allowed: bool
+    help: str
+
+
+EDGE_OPTIONS = (
+    EdgeOption("max-request-line", "KL_MAX_REQUEST_LINE", "max_request_line", int, False,
+               "longest request line in bytes; longer: 414"),
+    EdgeOption("max-head-bytes", "KL_MAX_HEAD_BYTES", "max_head_bytes", int, False,
+               "largest request head (request line and headers) in bytes; larger: 431"),
+    EdgeOption("max-headers", "KL_MAX_HEADERS", "max_headers", int, False,
+               "most header fields in a request; more: 431"),
+    EdgeOption("header-timeout", "KL_HEADER_TIMEOUT", "header_timeout", float, False,
+               "seconds from a request's first byte to the end of its head; slower: 408"),
+    EdgeOption("body-min-rate", "KL_BODY_MIN_RATE", "body_min_rate", int, True,
+               "bytes per second a request body must average after its grace period;"
+               " slower: 408 (0: off)"),
+    EdgeOption("body-rate-grace", "KL_BODY_RATE_GRACE", "body_rate_grace", float, True,
+               "seconds a request body may take before its rate counts"),
+    EdgeOption("max-connections-per-client", "KL_MAX_CONNECTIONS_PER_CLIENT",
+               "max_connections_per_client", int, True,
+               "open connections per client address (trusted proxies exempt); more: 429"
+               " (0: off)"),
+    EdgeOption("listen-backlog", "KL_LISTEN_BACKLOG", "listen_backlog", int, False,
+               "connections the kernel queues before they are accepted (unless the endpoint"
+               " string sets backlog=)"),
+    EdgeOption("large-body-bytes", "KL_LARGE_BODY_BYTES", "large_body_bytes", int, False,
+               "request bodies at least this large count against the two budgets"),
+    EdgeOption("body-budget-bytes", "KL_BODY_BUDGET_BYTES", "body_budget_bytes", int, True,
+               "bytes of large request bodies admitted at once; past it: 503 with"
+               " Retry-After (0: off)"),
+    EdgeOption("parse-budget-bytes", "KL_PARSE_BUDGET_BYTES", "parse_budget_bytes", int, True,
+               "bytes of large request bodies held in memory and processed at once;"
+               " the others wait their turn (0: off)"),
+)
+
+
+def edge_limits(pick: Callable[[str, str], Any]) -> EdgeLimits:
+    """The limits from C{pick(option, env)} (None: the default).
+
+    @raise ValueError: naming the environment variable of a bad value."""
+    values: dict[str, Any] = {}
+    for option in EDGE_OPTIONS:
+        raw = pick(option.option, option.env)
+        if raw is None:
+            continue
+        try:
+            values[option.field] = option.kind(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"{option.env} must be a number, not {raw!r}") from None
+    limits = EdgeLimits(**values)
+    limits.check()
+    return limits
+
+
+def option_parameters() -> list[list[Any]]:
+    """The limits' entries of a L{twisted.python.usage.Options}'s
+    C{optParameters}."""
+    defaults = {field.name: field.default for field in fields(EdgeLimits)}
+    shown = {name: f"{value:g}" if isinstance(value, float) else str(value)
+             for name, value in defaults.items()}
+    return [[option.option, None, None,
+             f"{option.help} [{option.env}, default {shown[option.field]}]"]
+            for option in EDGE_OPTIONS]
+
+
+# -- refusals ---------------------------------------------------------------
+
+
+@frozen
+class Refusal:
+    """A request refused at the edge: its status, its JSON error code (also
+    the C{reason} label of C{kilolock_http_refusals_total}) and message."""
+
+    status: int
+    phrase: bytes
+    code: str
+    message: str
+    retry_after: int | None = None
+
+    def response(self, dialect: ErrorDialect = response_for_error) -> bytes:
+        """The whole HTTP/1.1 response, its error worded in C{dialect} (the
+        one of the part of the tree the request was for: Kilolock's JSON
+        error by default)."""
+        answer = dialect(EdgeRefusal(self))
+        headers = {b"Content-Type": answer.content_type or b"application/json",
+                   **answer.headers, b"Connection": b"close",
+                   b"Content-Length": b"%d" % len(answer.body)}
+        phrase = self.phrase if answer.status == self.status \
+            else RESPONSES.get(answer.status, b"Error")
+        head = [b"HTTP/1.1 %d %s" % (answer.status, phrase)]
+        head += [name + b": " + value for name, value in headers.items()]
+        return b"\r\n".join(head) + b"\r\n\r\n" + answer.body
+
+
+class EdgeRefusal(KilolockError):
+    """A L{Refusal} as the error an error dialect words."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.status = refusal.status  # type: ignore[misc]  # the refusal's own
+        self.code = refusal.code  # type: ignore[misc]
+        self.retry_after = refusal.retry_after
+
+    def headers(self) -> dict[bytes, bytes]:
+        if self.retry_after is None:
+            return {}
+        return {b"Retry-After": b"%d" % self.retry_after}
+
+
+def request_line_too_long(limits: EdgeLimits) -> Refusal:
+    return Refusal(414, b"URI Too Long", "request_line_too_long",
+                   f"the request line is longer than {limits.max_request_line} bytes"
+                   " (KL_MAX_REQUEST_LINE)")
+
+
+def head_too_large(limits: EdgeLimits) -> Refusal:
+    return Refusal(431, b"Request Header Fields Too Large", "headers_too_large",
+                   f"the request head is larger than {limits.max_head_bytes} bytes"
+                   " (KL_MAX_HEAD_BYTES)")
+
+
+def too_many_headers(limits: EdgeLimits) -> Refusal:
+    return Refusal(431, b"Request Header Fields Too Large", "too_many_headers",
+                   f"the request has more than {limits.max_headers} header fields"
+                   " (KL_MAX_HEADERS)")
+
+
+def head_too_slow(limits: EdgeLimits) -> Refusal:
+    return Refusal(408, b"Request Timeout", "header_timeout",
+                   f"the request head was not complete within {limits.header_timeout:g} s"
+                   " (KL_HEADER_TIMEOUT)")
+
+
+def body_too_slow(limits: EdgeLimits) -> Refusal:
+    return Refusal(408, b"Request Timeout", "body_too_slow",
+                   f"the request body arrived slower than {limits.body_min_rate} bytes/s"
+                   " (KL_BODY_MIN_RATE)")
+
+
+def too_many_connections(limits: EdgeLimits) -> Refusal:
+    return Refusal(429, b"Too Many Requests", "too_many_connections",
+                   f"this address already has {limits.max_connections_per_client} open"
+                   " connections (KL_MAX_CONNECTIONS_PER_CLIENT)", retry_after=1)
+
+
+def payload_too_large(limit: int) -> Refusal:
+    return Refusal(413, b"Payload Too Large", "payload_too_large",
+                   f"the request body is larger than the limit of {limit} bytes"
+                   " (KL_MAX_BODY_BYTES)")
+
+
+def over_budget(retry_after: int) -> Refusal:
+    return Refusal(503, b"Service Unavailable", "uploads_over_budget",
+                   "too many large uploads are in progress; retry after"
+                   f" {retry_after} s (KL_BODY_BUDGET_BYTES)", retry_after=retry_after)

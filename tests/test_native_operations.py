@@ -1,0 +1,319 @@
+"""State operations on the native API (/v1/native/operations), in memory:
+what each kind writes, the locks they take and respect on both lanes,
+progress and cancellation, abandoned operations, atomic writes of two
+states, and bad requests (never a 500).
+
+The same operations against live servers on both stores, with the real
+Terraform planning the result, are in test_state_operations_terraform.py.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from native_support import MONOLITH, NATIVE, PRINCIPALS, NativeSite, fired
+from stub_client import lock_body, state_body
+from twisted.internet import task
+
+from kilolock.model import LockInfo, StateKey
+from kilolock.stateops.model import RUNNING, OperationRecord, Owner
+from kilolock.stateops.runner import (
+    LEASE_SECONDS,
+    RENEW_SECONDS,
+    OperationRunner,
+    operation_lock,
+)
+from kilolock.tfstate import parse_state
+
+
+@pytest.fixture
+def site() -> NativeSite:
+    built = NativeSite()
+    assert built.put_state("mono", MONOLITH).status == 200
+    return built
+
+
+def started(site: NativeSite, document: Any, token: str = "ann") -> dict[str, Any]:
+    reply = site.operation(document, token)
+    assert reply.status == 202, reply
+    assert reply.header(b"location") == f"{NATIVE}/operations/{reply.json()['id']}".encode()
+    operation: dict[str, Any] = site.read_operation(reply.json()["id"], token)
+    return operation
+
+
+def test_a_move_writes_the_next_version_through_both_lanes(site: NativeSite) -> None:
+    """mv: a new version with the serial + 1 and the same lineage, audited as
+    state_operation naming the operation; the Terraform lane's GET returns
+    it; the operation's lock was taken and released."""
+    operation = started(site, {"kind": "mv", "state": "mono", "from": "terraform_data.old",
+                               "to": "terraform_data.renamed"})
+    assert operation["status"] == "succeeded", operation
+    assert operation["progress"] == {"step": "done", "stepsDone": 5, "steps": 5}
+    assert operation["result"]["moved"] == [{"from": "terraform_data.old",
+                                             "to": "terraform_data.renamed"}]
+    version = operation["result"]["versions"][0]
+    before, after = parse_state(MONOLITH), parse_state(site.current("mono") or b"")
+    assert (after.serial, after.lineage) == (before.serial + 1, before.lineage)
+    assert version["number"] == 2 and version["serial"] == after.serial
+    assert [v["kind"] for v in site.versions("mono")] == ["state_write", "state_operation"]
+    events = site.request("GET", f"{NATIVE}/states/mono/-/events").json()["events"]
+    kinds = [(e["kind"], e["detail"].get("operation")) for e in events[1:]]
+    name = f"kl state mv ({operation['id']})"
+    assert kinds == [("lock_acquire", name), ("state_operation", operation["id"]),
+                     ("lock_release", name)]
+    assert site.request("GET", f"{NATIVE}/states/mono/-/lock").json()["locked"] is False
+
+
+def test_remove_split_and_move_between_states(site: NativeSite) -> None:
+    """rm, split (new states: serial 1, a new lineage) and mv with toState
+    into an existing state (its serial + 1, its lineage kept)."""
+    removed = started(site, {"kind": "rm", "state": "mono",
+                             "addresses": ["terraform_data.legacy", "module.app"]})
+    assert removed["status"] == "succeeded"
+    assert "terraform_data.legacy" in removed["result"]["removed"]
+    split = started(site, {"kind": "split", "state": "mono", "parts": [
+        {"module": "module.net", "state": "network"}]})
+    assert split["status"] == "succeeded" and split["result"]["created"] == ["network"]
+    network = parse_state(site.current("network") or b"")
+    assert network.serial == 1 and network.lineage != parse_state(MONOLITH).lineage
+    assert site.put_state("apps", state_body(4, lineage="apps-lineage")).status == 200
+    moved = started(site, {"kind": "mv", "state": "mono", "from": "terraform_data.items",
+                           "to": "terraform_data.items", "toState": "apps"})
+    assert moved["status"] == "succeeded", moved
+    apps = parse_state(site.current("apps") or b"")
+    assert (apps.serial, apps.lineage) == (5, "apps-lineage")
+    assert apps.projection is not None
+    assert [r.address for r in apps.projection.resources] == [
+        "terraform_data.example", "terraform_data.items[0]", "terraform_data.items[1]",
+        "terraform_data.items[2]"]
+    mono = parse_state(site.current("mono") or b"").projection
+    assert mono is not None and not any(r.name == "items" for r in mono.resources)
+
+
+def test_import_a_state_file(site: NativeSite) -> None:
+    """import: the file as the next version (its serial raised above the
+    current one when it is not); an older serial or an unrelated lineage is
+    refused unless forced (Terraform's state push checks)."""
+    lineage, serial = parse_state(MONOLITH).lineage, parse_state(MONOLITH).serial
+    older = started(site, {"kind": "import", "state": "mono",
+                           "stateFile": state_body(3, lineage=lineage).decode()})
+    assert (older["status"], older["error"]["code"]) == ("failed", "serial_too_low")
+    operation = started(site, {"kind": "import", "state": "mono",
+                               "stateFile": state_body(serial, lineage=lineage).decode()})
+    assert operation["status"] == "succeeded", operation
+    imported = parse_state(site.current("mono") or b"")
+    assert (imported.serial, imported.lineage) == (serial + 1, lineage)
+    unrelated = started(site, {"kind": "import", "state": "mono",
+                               "stateFile": state_body(99, lineage="other").decode()})
+    assert unrelated["status"] == "failed"
+    assert unrelated["error"]["code"] == "lineage_mismatch"
+    forced = started(site, {"kind": "import", "state": "mono", "force": True,
+                            "stateFile": state_body(99, lineage="other").decode()})
+    assert forced["status"] == "succeeded"
+    assert site.current("mono") == state_body(99, lineage="other")
+    fresh = started(site, {"kind": "import", "state": "fresh",
+                           "stateFile": state_body(7).decode()})
+    assert fresh["status"] == "succeeded" and site.current("fresh") == state_body(7)
+
+
+def test_a_terraform_lock_refuses_an_operation(site: NativeSite) -> None:
+    """A state Terraform holds: 423 showing the holder, the operation
+    recorded as failed, nothing written, Terraform's lock untouched."""
+    held = lock_body("terraform-apply")
+    assert site.lock("mono", held).status == 200
+    reply = site.operation({"kind": "rm", "state": "mono",
+                            "addresses": ["terraform_data.legacy"]})
+    assert reply.status == 423
+    error = reply.json()["error"]
+    assert error["code"] == "locked" and error["lock"] == json.loads(held)
+    operation = site.read_operation(error["operation"])
+    assert operation["status"] == "failed" and operation["error"]["lock"]["ID"] == (
+        "terraform-apply")
+    assert len(site.versions("mono")) == 1
+    assert site.lock("mono", lock_body("probe")).body == held
+
+
+def test_an_operation_lock_refuses_terraform_with_a_printable_lockinfo(
+        site: NativeSite) -> None:
+    """While an operation works, Terraform's LOCK and write get 423 with a
+    LockInfo Terraform prints: an ID, an Operation and Info naming the
+    operation, a Created in RFC 3339 with a Z."""
+    site.holds.hold("writing")
+    operation = site.operation({"kind": "mv", "state": "mono", "from": "module.app",
+                                "to": "module.application"}).json()
+    refused = site.lock("mono", lock_body("terraform"))
+    assert refused.status == 423
+    info = LockInfo.from_bytes(refused.body)
+    assert operation["id"] in info.operation and operation["id"] in json.loads(
+        refused.body)["Info"]
+    assert info.created is not None and json.loads(refused.body)["Created"].endswith("Z")
+    assert info.id == operation["locks"][0]["lockId"]
+    assert site.put_state("mono", state_body(99)).status == 423
+    site.holds.release()
+    assert site.read_operation(operation["id"])["status"] == "succeeded"
+    assert site.lock("mono", lock_body("terraform")).status == 200
+
+
+def test_cancelling_before_the_write_leaves_no_version(site: NativeSite) -> None:
+    """Cancelled while held before its write: status cancelled, no version,
+    the locks released; cancelling a finished operation is a 409."""
+    site.holds.hold("writing")
+    operation = site.operation({"kind": "split", "state": "mono", "parts": [
+        {"module": "module.net", "state": "network"}]}).json()
+    assert site.read_operation(operation["id"])["progress"]["step"] == "planning"
+    cancelled = site.request("DELETE", f"{NATIVE}/operations/{operation['id']}")
+    assert cancelled.status == 202 and cancelled.json()["cancelRequested"] is True
+    site.holds.release()
+    after = site.read_operation(operation["id"])
+    assert after["status"] == "cancelled" and after["result"] is None
+    assert len(site.versions("mono")) == 1 and site.current("network") is None
+    for name in ("mono", "network"):
+        assert site.request("GET", f"{NATIVE}/states/{name}/-/lock").json()["locked"] is False
+    again = site.request("POST", f"{NATIVE}/operations/{operation['id']}/cancel")
+    assert (again.status, again.json()["error"]["code"]) == (409, "operation_finished")
+
+
+def test_a_failure_between_the_two_writes_writes_neither(site: NativeSite,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         ) -> None:
+    """A move between two states whose second write fails (injected after
+    the first is prepared): neither state gets a version; locks released."""
+    assert site.put_state("apps", state_body(4)).status == 200
+    prepare = site.store._prepare_version
+    calls: list[int] = []
+
+    def failing(*args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("injected: the disk is full")
+        return prepare(*args)
+
+    monkeypatch.setattr(site.store, "_prepare_version", failing)
+    operation = started(site, {"kind": "mv", "state": "mono", "from": "module.net",
+                               "to": "module.net", "toState": "apps"})
+    assert len(calls) == 2
+    assert operation["status"] == "failed"
+    assert operation["error"]["code"] == "internal_error"
+    assert "disk" not in json.dumps(operation)
+    assert [len(site.versions(name)) for name in ("mono", "apps")] == [1, 1]
+    assert site.current("mono") == MONOLITH and site.current("apps") == state_body(4)
+    for name in ("mono", "apps"):
+        assert site.request("GET", f"{NATIVE}/states/{name}/-/lock").json()["locked"] is False
+
+
+def test_an_abandoned_operation_fails_and_frees_its_locks(site: NativeSite) -> None:
+    """A running operation whose process stopped renewing its lease: the
+    next look at it (after the lease) marks it failed and releases its
+    locks; before that it is running."""
+    ann = PRINCIPALS["ann"]
+    now = site.clock()
+    info = operation_lock("op_dead", "rm", ann, now)
+    assert fired(site.store.acquire_lock(StateKey("acme", "mono"), info, ann)) is True
+    fired(site.store.create_operation(OperationRecord(
+        id="op_dead", owner=Owner.of(ann), kind="rm", request="{}", status=RUNNING,
+        created_at=now, updated_at=now, runner="another-process",
+        lease_expires_at=now + timedelta(seconds=30), locks=(("mono", info.id),))))
+    assert site.read_operation("op_dead")["status"] == "running"
+    site.clock.advance(LEASE_SECONDS)
+    abandoned = site.read_operation("op_dead")
+    assert abandoned["status"] == "failed"
+    assert abandoned["error"]["code"] == "operation_abandoned"
+    assert site.request("GET", f"{NATIVE}/states/mono/-/lock").json()["locked"] is False
+
+
+@pytest.mark.parametrize(("document", "field"), [
+    ({"kind": "mv", "state": "mono", "from": "module.a", "to": "terraform_data.x"}, "to"),
+    ({"kind": "mv", "state": "mono", "from": "a.b", "to": "c.b"}, "to"),
+    ({"kind": "mv", "state": "mono", "from": "a.b[", "to": "a.c"}, "from"),
+    ({"kind": "rm", "state": "mono", "addresses": []}, "addresses"),
+    ({"kind": "rm", "state": "mono", "addresses": ["a.b", 3]}, "addresses[1]"),
+    ({"kind": "rm", "state": "mono", "addresses": ["a.b"], "extra": 1}, "extra"),
+    ({"kind": "split", "state": "mono", "parts": [{"module": "module.a", "state": "mono"}]},
+     "parts[0].state"),
+    ({"kind": "split", "state": "mono", "parts": [{"module": "module.a", "state": "x"},
+                                                  {"module": "module.a.module.b",
+                                                   "state": "y"}]}, "parts[1].module"),
+    ({"kind": "import", "state": "mono"}, "stateFile"),
+    ({"kind": "import", "state": "mono", "stateFile": "{}", "upload": "up_x"}, "stateFile"),
+    ({"kind": "import", "state": "mono", "stateFile": "{}", "force": "yes"}, "force"),
+    ({"kind": "nope", "state": "mono"}, "kind"),
+    ({"kind": "rm", "state": "a/b", "addresses": ["a.b"]}, "state"),
+    ({"kind": "rm", "state": "..", "addresses": ["a.b"]}, "state"),
+    ([], "body"),
+])
+def test_bad_requests_name_the_field(site: NativeSite, document: Any, field: str) -> None:
+    """Every refused request is a 400 naming the field, and starts nothing."""
+    reply = site.operation(document)
+    assert reply.status == 400, reply
+    assert reply.json()["error"]["field"] == field
+    assert len(site.versions("mono")) == 1
+
+
+def test_who_may_start_and_read_operations(site: NativeSite) -> None:
+    """A read-only token may not start one (403), a scoped token not outside
+    its scope (403); no credentials: 401; an unknown id: 404."""
+    document = {"kind": "rm", "state": "mono", "addresses": ["terraform_data.legacy"]}
+    assert site.operation(document, "reader").status == 403
+    assert site.operation({**document, "state": "ws_b/env_1/mono"}, "scoped").status == 403
+    assert site.request("POST", f"{NATIVE}/operations", b"{}", token=None).status == 401
+    missing = site.request("GET", f"{NATIVE}/operations/op_000000000000000000000000")
+    assert (missing.status, missing.json()["error"]["code"]) == (404, "operation_not_found")
+    wrong = site.request("PUT", f"{NATIVE}/operations")
+    assert wrong.status == 405
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(
+    st.binary(max_size=200),
+    st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=20)),
+                 lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                         st.dictionaries(st.sampled_from(
+                                             ["kind", "state", "from", "to", "toState",
+                                              "addresses", "parts", "module", "stateFile",
+                                              "upload", "force", "x"]), inner, max_size=6)),
+                 max_leaves=15).map(lambda doc: json.dumps(doc).encode())))
+def test_any_body_is_an_answer_never_a_500(body: bytes) -> None:
+    """Whatever the body: a 202, 4xx, never a 500."""
+    site = NativeSite()
+    site.put_state("mono", MONOLITH)
+    reply = site.request("POST", f"{NATIVE}/operations", body,
+                         headers={"Content-Type": "application/json"})
+    assert reply.status in (202, 400, 403, 404, 409), reply
+    if reply.status == 202:
+        assert site.read_operation(reply.json()["id"])["status"] in ("succeeded", "failed")
+
+
+def test_a_running_operation_renews_its_lease() -> None:
+    """While it runs, the operation's lease is renewed every RENEW_SECONDS on
+    the runner's clock: long past its first lease it is still running (no
+    sweep fails it); once finished it holds no lease."""
+    ticks = task.Clock()
+
+    def runner(store: Any, reactor: Any, **options: Any) -> OperationRunner:
+        return OperationRunner(store, reactor, clock=ticks, **options)
+
+    site = NativeSite(runner=runner)
+    site.put_state("mono", MONOLITH)
+    site.holds.hold("writing")
+    operation = site.operation({"kind": "rm", "state": "mono",
+                                "addresses": ["terraform_data.legacy"]}).json()
+    owner = Owner.of(PRINCIPALS["ann"])
+    start = site.clock()
+    first = fired(site.store.find_operation(owner, operation["id"])).lease_expires_at
+    assert first == start + timedelta(seconds=LEASE_SECONDS)
+    for _ in range(6):
+        site.clock.advance(RENEW_SECONDS)
+        ticks.advance(RENEW_SECONDS)
+    assert site.clock() > first
+    assert site.read_operation(operation["id"])["status"] == "running"
+    renewed = fired(site.store.find_operation(owner, operation["id"])).lease_expires_at
+    assert renewed == site.clock() + timedelta(seconds=LEASE_SECONDS)
+    site.holds.release()
+    done = fired(site.store.find_operation(owner, operation["id"]))
+    assert (done.status, done.lease_expires_at) == ("succeeded", None)
+    assert ticks.getDelayedCalls() == []

@@ -1,0 +1,277 @@
+"""The text rules, decided once in L{kilolock.text_rules}, and every parser
+that applies them: each rule has its code, each field its name, and what
+the projection and the answers do with text a database cannot hold."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg2.errors
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kilolock.errors import BadRequest, InvalidLockInfo, InvalidText
+from kilolock.model import LockInfo
+from kilolock.store.postgres.refusals import input_refusal
+from kilolock.text_rules import (
+    MAX_JSON_DEPTH,
+    MAX_LOCK_ID_LENGTH,
+    MAX_LOCK_INFO_BYTES,
+    MAX_WHOLE_NUMBER,
+    NotJSON,
+    check_text,
+    clean_json_text,
+    clean_text,
+    load_json,
+    nesting_depth,
+    stored_document,
+    whole_number,
+)
+from kilolock.web.body import unlock_lock_id
+from kilolock.web.documents import json_bytes
+
+#: Any character, unpaired surrogates and NUL included.
+ANY_CHARACTER = st.characters(codec=None, exclude_categories=())
+ANY_TEXT = st.text(ANY_CHARACTER, max_size=30)
+DOCUMENTS = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), ANY_TEXT),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(ANY_TEXT, inner, max_size=4)),
+    max_leaves=20)
+
+
+def nested(depth: int, inner: str = "1") -> bytes:
+    return ("[" * depth + inner + "]" * depth).encode()
+
+
+def refusal(raw: bytes) -> tuple[str, str | None]:
+    """The (rule, field) load_json refuses C{raw} with."""
+    with pytest.raises(InvalidText) as caught:
+        load_json(raw, "the body")
+    assert caught.value.status == 400
+    return caught.value.code, caught.value.field
+
+
+# -- each rule, with its code ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("raw", "rule"), [
+    (nested(100_000), "too_deep"),
+    (nested(MAX_JSON_DEPTH + 1), "too_deep"),
+    (b'{"a": ' * 600 + b"1" + b"}" * 600, "too_deep"),
+    (b"[1e400]", "not_finite"),
+    (b'{"n": -1e400}', "not_finite"),
+    (b"[NaN]", "not_finite"),
+    (b"Infinity", "not_finite"),
+    (b'["a\\u0000b"]', "nul_character"),
+    (b'{"\\u0000": 1}', "nul_character"),
+    (b'["\\ud800"]', "invalid_unicode"),
+    (b'["x\\udfff"]', "invalid_unicode"),
+    (b'["\\ude00\\ud83d"]', "invalid_unicode"),
+    (b'["\xff"]', "invalid_unicode"),
+    (b'["\xed\xa0\x80"]', "invalid_unicode"),
+], ids=["100000 deep", "513 deep", "600 deep objects", "1e400", "-1e400", "NaN", "Infinity",
+        "NUL", "NUL key", "lone high", "lone low", "reversed pair", "not UTF-8",
+        "encoded surrogate"])
+def test_every_rule_has_its_code(raw: bytes, rule: str) -> None:
+    """A JSON body breaking a rule is InvalidText (400) with the rule's code."""
+    assert refusal(raw)[0] == rule
+
+
+def test_what_the_rules_accept() -> None:
+    """Nesting up to the limit, finite numbers, paired surrogates, any other
+    Unicode; text that is no JSON at all is NotJSON (each parser words it)."""
+    assert load_json(nested(MAX_JSON_DEPTH), "b") is not None
+    assert load_json(b'["\\ud83d\\ude00", "\\u00e9", 1e308, -1e-400, 12345678901234567890]',
+                     "b") == ["\U0001f600", "é", 1e308, -0.0, 12345678901234567890]
+    with pytest.raises(NotJSON):
+        load_json(b"{not json", "b")
+
+
+def test_an_error_names_the_member_at_fault() -> None:
+    """Inside a top-level object the field is the member; elsewhere the
+    caller's field."""
+    with pytest.raises(InvalidText) as caught:
+        load_json(b'{"ok": "x", "Who": ["\\ud800"]}', "the lock body", "body")
+    assert (caught.value.code, caught.value.details()) == ("invalid_unicode", {"field": "Who"})
+    with pytest.raises(InvalidText) as caught:
+        load_json(b'["\\u0000"]', "the body", "body")
+    assert caught.value.details() == {"field": "body"}
+
+
+def test_lengths_and_whole_numbers() -> None:
+    """check_text bounds a length (too_long); whole numbers are ASCII digits
+    up to what a database integer holds."""
+    with pytest.raises(InvalidText) as caught:
+        check_text("x" * 11, "the name", "name", max_length=10)
+    assert (caught.value.code, caught.value.field) == ("too_long", "name")
+    assert check_text("x" * 10, "the name", max_length=10) == "x" * 10
+    assert [whole_number(text) for text in ("0", "42", str(MAX_WHOLE_NUMBER))] == [
+        0, 42, MAX_WHOLE_NUMBER]
+    for text in (str(MAX_WHOLE_NUMBER + 1), "-1", "1.0", "\u00b2", "\u0661", "", " 1", "9" * 400):
+        assert whole_number(text) is None, text
+
+
+# -- every parser that applies them --------------------------------------------------------
+
+_LOCK_INFO = {"ID": "id-1", "Operation": "OperationTypeApply", "Info": "", "Who": "a@b",
+              "Version": "1.15.5", "Created": "2026-11-29T23:05:20.206526015Z", "Path": ""}
+
+
+@pytest.mark.parametrize("member", sorted(_LOCK_INFO))
+@pytest.mark.parametrize(("value", "rule"), [
+    ("\\u0000", "nul_character"), ("\\ud800", "invalid_unicode")])
+def test_lock_info_members_follow_the_rules(member: str, value: str, rule: str) -> None:
+    """A NUL or an unpaired surrogate in any LockInfo member is refused,
+    naming the member."""
+    text = json.dumps(_LOCK_INFO).replace(f'"{member}": "{_LOCK_INFO[member]}"',
+                                          f'"{member}": "x{value}"')
+    with pytest.raises(InvalidText) as caught:
+        LockInfo.from_bytes(text.encode())
+    assert (caught.value.code, caught.value.field) == (rule, member)
+
+
+def test_lock_info_sizes_and_shapes() -> None:
+    """The lock ID and the whole body are bounded; deep or non-finite bodies
+    are refused by their rule; anything else malformed is invalid_lock_info."""
+    long_id = json.dumps({**_LOCK_INFO, "ID": "i" * (MAX_LOCK_ID_LENGTH + 1)}).encode()
+    with pytest.raises(InvalidText) as caught:
+        LockInfo.from_bytes(long_id)
+    assert (caught.value.code, caught.value.field) == ("too_long", "ID")
+    big = json.dumps({**_LOCK_INFO, "Info": "x" * MAX_LOCK_INFO_BYTES}).encode()
+    with pytest.raises(InvalidText, match="larger than"):
+        LockInfo.from_bytes(big)
+    for raw, rule in ((nested(100_000), "too_long"), (nested(20_000), "too_deep"),
+                      (b'{"ID": "a", "x": 1e400}', "not_finite")):
+        with pytest.raises(InvalidText) as caught:
+            LockInfo.from_bytes(raw)
+        assert caught.value.code == rule
+    for raw in (b"", b"[]", b'{"ID": 5}', b"{x"):
+        with pytest.raises(InvalidLockInfo):
+            LockInfo.from_bytes(raw)
+    assert LockInfo.from_bytes(json.dumps(_LOCK_INFO).encode()).who == "a@b"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_a_stored_lock_info_is_always_readable(raw: bytes) -> None:
+    """LockInfo.stored (what a store reads back) never raises, whatever the
+    bytes; what the request edge accepts it reads the same."""
+    stored = LockInfo.stored(raw)
+    assert stored.raw == raw
+    try:
+        accepted = LockInfo.from_bytes(raw)
+    except BadRequest:
+        return
+    assert accepted == stored
+
+
+@pytest.mark.parametrize(("body", "plain", "rule"), [
+    (nested(100_000), False, "too_long"),
+    (nested(20_000), False, "too_deep"),
+    (b'"a\\u0000"', False, "nul_character"),
+    (b'{"ID": "\\ud800"}', False, "invalid_unicode"),
+    (json.dumps("i" * (MAX_LOCK_ID_LENGTH + 1)).encode(), False, "too_long"),
+    (b"lock\x00id", True, "nul_character"),
+    (b"lock\xffid", True, "invalid_unicode"),
+    (b"i" * (MAX_LOCK_ID_LENGTH + 1), True, "too_long"),
+    (b'{"ID": "x", "n": 1e400}', False, "not_finite"),
+])
+def test_unlock_bodies_follow_the_rules(body: bytes, plain: bool, rule: str) -> None:
+    """Unlock bodies -- LockInfo, a JSON string, the plain lock ID of
+    /v1/state-unlock -- are refused by the rule they break."""
+    with pytest.raises(InvalidText) as caught:
+        unlock_lock_id(body, None, plain)
+    assert caught.value.code == rule
+
+
+def test_unlock_bodies_that_follow_the_rules() -> None:
+    """What Terraform and the aliases send still names its lock."""
+    assert unlock_lock_id(json.dumps(_LOCK_INFO).encode(), None, False) == "id-1"
+    assert unlock_lock_id(b'"id-2"', None, False) == "id-2"
+    assert unlock_lock_id(b"id-3", None, True) == "id-3"
+    assert unlock_lock_id(b"", "id-4", False) == "id-4"
+    assert unlock_lock_id(b'{"ID": ""}', None, False) is None
+
+
+# -- what the projection and the answers do with any text -----------------------------------
+
+
+@given(st.lists(ANY_TEXT, max_size=5))
+def test_clean_json_text_makes_any_json_storable(texts: list[str]) -> None:
+    """After clean_json_text, JSON holds no NUL and no unpaired surrogate,
+    escaped or raw; text without them is unchanged."""
+    for text in (json.dumps(texts), json.dumps(texts, ensure_ascii=False)):
+        cleaned = clean_json_text(text)
+        for string in json.loads(cleaned):
+            assert clean_text(string) == string
+            string.encode("utf-8")
+        if all(clean_text(t) == t for t in texts):
+            assert cleaned == text
+
+
+def test_clean_json_text_reads_escapes_as_units() -> None:
+    """An escaped backslash before "u0000" is no NUL; a pair is kept."""
+    assert clean_json_text(r'["\\u0000", "\u0000", "\ud83d\ude00", "\ud83d\u0041"]') == (
+        r'["\\u0000", "\ufffd", "\ud83d\ude00", "\ufffd\u0041"]')
+
+
+@settings(max_examples=200, deadline=None)
+@given(DOCUMENTS)
+def test_json_bytes_answers_any_document(document: Any) -> None:
+    """Whatever a store hands back -- unpaired surrogates, NaN and infinity,
+    any nesting -- an answer is valid UTF-8 JSON."""
+    json.loads(json_bytes(document).decode("utf-8"))
+
+
+def test_json_bytes_answers_deep_documents() -> None:
+    """A document too deep for the indenting encoder is written compact."""
+    deep: Any = float("inf")
+    for _ in range(900):
+        deep = [deep, "\ud800"]
+    text = json_bytes(deep)
+    assert text.startswith(b"[" * 900 + b'"Infinity"') and b"\n " not in text
+    assert nesting_depth(json.loads(text), 1000) == 900
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=100) | st.sampled_from([nested(100_000), nested(600), b"[1e400]"]))
+def test_stored_document_never_raises(raw: bytes) -> None:
+    """stored_document shows what a store kept, or None: never an error;
+    numbers beyond a double become their text."""
+    document = stored_document(raw)
+    json_bytes(document)
+    assert stored_document(b'{"n": [1e400, 2]}') == {"n": ["1e400", 2]}
+    assert stored_document(nested(MAX_JSON_DEPTH + 1)) is None
+
+
+# -- the database's own refusals ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("error", "rule"), [
+    (psycopg2.errors.ProgramLimitExceeded(), "too_long"),
+    (psycopg2.errors.StringDataRightTruncation(), "too_long"),
+    (psycopg2.errors.CharacterNotInRepertoire(), "invalid_unicode"),
+    (psycopg2.errors.UntranslatableCharacter(), "invalid_unicode"),
+    (psycopg2.errors.NumericValueOutOfRange(), "out_of_range"),
+    (ValueError("A string literal cannot contain NUL (0x00) characters."), "nul_character"),
+    ("\ud800".encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+     and UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"),
+     "invalid_unicode"),
+], ids=["54000", "22001", "22021", "22P05", "22003", "NUL parameter", "surrogate parameter"])
+def test_a_value_the_database_refuses_is_a_400(error: BaseException, rule: str) -> None:
+    """The data errors that reflect a value are 400s with the rule's code
+    (never the 503 of an unreachable database)."""
+    refused = input_refusal(error)
+    assert refused is not None and (refused.status, refused.code) == (400, rule)
+
+
+@pytest.mark.parametrize("error", [
+    psycopg2.errors.DivisionByZero(), psycopg2.errors.UniqueViolation(),
+    psycopg2.OperationalError("server closed the connection unexpectedly"),
+    ValueError("expected bytea in hex format")])
+def test_other_database_errors_are_not_refusals(error: BaseException) -> None:
+    """Anything else keeps its meaning: an outage (503), or Kilolock's own bug (500)."""
+    assert input_refusal(error) is None
