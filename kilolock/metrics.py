@@ -35,6 +35,7 @@ class Metrics:
     refusals: Counter
     large_body_bytes: Gauge
     large_bodies_waiting: Gauge
+    ui_sign_in_refusals: Counter
 
     @classmethod
     def create(cls) -> Metrics:
@@ -91,5 +92,10 @@ class Metrics:
             large_bodies_waiting=Gauge(
                 "kilolock_large_bodies_waiting",
                 "Large request bodies received and waiting for the parse budget",
+                registry=registry),
+            ui_sign_in_refusals=Counter(
+                "kilolock_ui_sign_in_refusals",
+                "Dashboard sign-ins refused: reason=bad_token (counted against the client"
+                " address) or throttled (too many bad tokens from it)", ["reason"],
                 registry=registry),
         )

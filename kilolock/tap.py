@@ -53,6 +53,7 @@ from kilolock.web.forwarded import parse_networks
 from kilolock.web.native.options import NativeOptions
 from kilolock.web.site import KilolockSite, build_root
 from kilolock.web.ui.sessions import DEFAULT_SESSION_SECONDS
+from kilolock.web.ui.throttle import DEFAULT_SIGN_IN_FAILURES, SIGN_IN_WINDOW
 from kilolock.web.ui.tree import UiOptions
 
 STORES = ("memory", "postgres")
@@ -94,10 +95,11 @@ class Settings:
     tls_client_ca: str | None = None
     #: The limits at the edge of every listener (L{kilolock.web.edge}).
     edge: EdgeLimits = DEFAULT_LIMITS
-    #: The dashboard at /ui/ ("on") or not ("off"), and how long its
-    #: sessions last.
+    #: The dashboard at /ui/ ("on") or not ("off"), how long its
+    #: sessions last, and the failed sign-ins per client address per window.
     ui: str = "on"
     ui_session_seconds: float = DEFAULT_SESSION_SECONDS
+    ui_sign_in_failures: int = DEFAULT_SIGN_IN_FAILURES
     # CI identity (OIDC tokens): the static mode's policy file, and the
     # seconds an expired token may still finish the work it locked.
     oidc_config: str | None = None
@@ -158,6 +160,8 @@ class Settings:
             ui=pick("ui", "KL_UI", "on"),
             ui_session_seconds=_number(float, "KL_UI_SESSION_SECONDS", pick(
                 "ui-session-seconds", "KL_UI_SESSION_SECONDS", DEFAULT_SESSION_SECONDS)),
+            ui_sign_in_failures=_number(int, "KL_UI_SIGN_IN_FAILURES", pick(
+                "ui-sign-in-failures", "KL_UI_SIGN_IN_FAILURES", DEFAULT_SIGN_IN_FAILURES)),
             oidc_config=pick("oidc-config", "KL_OIDC_CONFIG", None),
             oidc_lock_grace=_number(float, "KL_OIDC_LOCK_GRACE", pick(
                 "oidc-lock-grace", "KL_OIDC_LOCK_GRACE", DEFAULT_GRACE)),
@@ -203,6 +207,8 @@ class Settings:
             raise usage.UsageError("--ui must be on or off")
         if self.ui_session_seconds <= 0:
             raise usage.UsageError("KL_UI_SESSION_SECONDS must be a positive number of seconds")
+        if not 1 <= self.ui_sign_in_failures <= 1_000_000:
+            raise usage.UsageError("KL_UI_SIGN_IN_FAILURES must be a number from 1 to 1000000")
         if self.retention_interval <= 0:
             raise usage.UsageError("KL_RETENTION_INTERVAL must be a positive number of seconds")
         check_key_file(self.encryption_keys)
@@ -290,6 +296,9 @@ class Options(usage.Options):
         ["ui", None, None, "on or off: the dashboard at /ui/ [KL_UI, default on]"],
         ["ui-session-seconds", None, None, "seconds a dashboard session lasts from sign-in"
          f" [KL_UI_SESSION_SECONDS, default {DEFAULT_SESSION_SECONDS}]"],
+        ["ui-sign-in-failures", None, None, "failed dashboard sign-ins one client address may"
+         f" make in {SIGN_IN_WINDOW:g} s before it must wait (429)"
+         f" [KL_UI_SIGN_IN_FAILURES, default {DEFAULT_SIGN_IN_FAILURES}]"],
         ["oidc-config", None, None,
          "TOML (or .json) file of trusted OIDC issuers and rules for CI tokens (static auth"
          " mode; see docs/ci-identity.md) [KL_OIDC_CONFIG]"],
@@ -432,7 +441,8 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
         build_root(store, portal, reactor, metrics=metrics, auth_mode=settings.auth_mode,
                    ui=None if settings.ui == "off" else UiOptions(
                        static_token=settings.auth_token,
-                       session_seconds=settings.ui_session_seconds),
+                       session_seconds=settings.ui_session_seconds,
+                       sign_in_failures=settings.ui_sign_in_failures),
                    public_url=settings.public_url,
                    retention=RetentionPolicy(settings.retention_versions,
                                              settings.retention_days),

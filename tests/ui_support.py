@@ -18,6 +18,7 @@ from kilolock.store.memory import MemoryStateStore
 from kilolock.web.control.api import ControlAPI
 from kilolock.web.control.tree import build_control_root
 from kilolock.web.site import build_root
+from kilolock.web.ui.throttle import DEFAULT_SIGN_IN_FAILURES
 from kilolock.web.ui.tree import UiOptions
 
 STATIC = "kl_static-ui-test-token-0123456789"
@@ -67,7 +68,8 @@ class DashboardSite:
     """One store, the state lane with the dashboard in memory, a control API
     over the same store (hosted mode), and a clock."""
 
-    def __init__(self, auth_mode: str = "open", session_seconds: float = 3600) -> None:
+    def __init__(self, auth_mode: str = "open", session_seconds: float = 3600,
+                 sign_in_failures: int = DEFAULT_SIGN_IN_FAILURES) -> None:
         self.store = MemoryStateStore()
         self.clock = Clock()
         self.clock.advance(START)
@@ -76,7 +78,7 @@ class DashboardSite:
         self.site = SiteClient(build_root(
             self.store, build_portal(checker), None, auth_mode=auth_mode,
             ui=UiOptions(static_token=STATIC, session_seconds=session_seconds,
-                         clock=self.clock)))
+                         clock=self.clock, sign_in_failures=sign_in_failures)))
         api = ControlAPI(self.store, CONTROL_TOKEN, None, lambda request: "http://x.test")
         self.control = ControlClient(_TreeClient(build_control_root(api)).request)
 

@@ -29,6 +29,7 @@ from kilolock.web.ui import BASE_PATH
 from kilolock.web.ui.assets import Assets
 from kilolock.web.ui.headers import page_response, redirect
 from kilolock.web.ui.sessions import SessionKeeper
+from kilolock.web.ui.throttle import SignInThrottle
 
 #: The sections of the navigation: (path, label).
 SECTIONS = ((BASE_PATH + "/", "States"), (BASE_PATH + "/audit", "Audit trail"),
@@ -50,14 +51,16 @@ def template(name: str) -> ITemplateLoader:
 @frozen
 class Dashboard:
     """The dashboard's collaborators: the state lane (store, portal, reactor),
-    the sessions, the static files, the auth mode, and the tenant store in
-    hosted mode (for workspace and environment names)."""
+    the sessions, the static files, the auth mode, the tenant store in
+    hosted mode (for workspace and environment names), and the sign-in
+    throttle (None: none)."""
 
     lane: StateLane
     sessions: SessionKeeper
     assets: Assets
     auth_mode: str
     tenants: ITenantStore | None = None
+    throttle: SignInThrottle | None = None
     #: What each version changed, by (tenant, path, number, SHA-256 of the
     #: version, SHA-256 of the one before): versions never change, so a
     #: history page computes each count once per process.

@@ -7,12 +7,14 @@ request (L{kilolock.auth.authenticate}); the browser then gets a session
 
 from __future__ import annotations
 
+from attrs import evolve
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
 from kilolock.auth import authenticate
 from kilolock.errors import BadRequest, Unauthorized
 from kilolock.web._base import Response, render_async
+from kilolock.web.request import client_address
 from kilolock.web.ui import BASE_PATH
 from kilolock.web.ui.base import UiResource, Viewer, error_content, render_page, template
 from kilolock.web.ui.headers import redirect
@@ -83,9 +85,18 @@ class SignInPage(UiResource):
             return redirect(next_path)
         if not token or len(token) > MAX_TOKEN_CHARS or not token.isprintable():
             return await self.form_page(request, next_path, "Enter a token.", 400)
+        throttle = self.dashboard.throttle
+        address = client_address(request) or "unknown"
+        if throttle is not None and (wait := throttle.retry_after(address)) is not None:
+            page = await self.form_page(
+                request, next_path, f"Too many failed sign-ins from your address ({address})."
+                f" Try again in {wait} seconds.", 429)
+            return evolve(page, headers={**page.headers, b"Retry-After": b"%d" % wait})
         try:
             principal = await authenticate(self.lane.portal, b"Bearer " + token.encode())
         except Unauthorized:
+            if throttle is not None:
+                throttle.failed(address)
             return await self.form_page(request, next_path,
                                         "That token was not accepted.", 401)
         await self.dashboard.sessions.start(request, principal, token.encode())

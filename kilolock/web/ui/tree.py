@@ -23,17 +23,21 @@ from kilolock.web.ui.signin import SignInPage, SignOutPage
 from kilolock.web.ui.state_access import NotFoundPage, PagesBelow
 from kilolock.web.ui.state_page import StatePage
 from kilolock.web.ui.states_page import StatesPage
+from kilolock.web.ui.throttle import DEFAULT_SIGN_IN_FAILURES, SignInThrottle
 
 
 @frozen
 class UiOptions:
     """How the dashboard is set up: the static token (to check the sessions
-    of the static mode again), how long a session lasts, and the clock
-    sessions are timed by (None: the lane's reactor)."""
+    of the static mode again), how long a session lasts, how many failed
+    sign-ins one client address may make per window
+    (L{kilolock.web.ui.throttle}), and the clock sessions and the throttle
+    are timed by (None: the lane's reactor)."""
 
     static_token: str = ""
     session_seconds: float = DEFAULT_SESSION_SECONDS
     clock: Any = None
+    sign_in_failures: int = DEFAULT_SIGN_IN_FAILURES
 
 
 class UiRoot(UiResource):
@@ -73,7 +77,10 @@ def build_dashboard(lane: StateLane, auth_mode: str, options: UiOptions) -> UiRo
     keeper = SessionKeeper(ISessionStore(store), clock,
                            CredentialCheck(auth_mode, options.static_token, tenants),
                            options.session_seconds)
-    return UiRoot(Dashboard(lane, keeper, Assets(), auth_mode, tenants))
+    metrics = lane.metrics
+    throttle = SignInThrottle(clock, options.sign_in_failures,
+                              counter=None if metrics is None else metrics.ui_sign_in_refusals)
+    return UiRoot(Dashboard(lane, keeper, Assets(), auth_mode, tenants, throttle))
 
 
 def wants_html(request: Request) -> bool:
