@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
     from kilolock.audit import ChainHead
+    from kilolock.event_pages import EventPageQuery
     from kilolock.model import (
         ApiToken,
         AuditEvent,
@@ -173,6 +174,14 @@ class IStateStore(Interface):
                     until: datetime | None = None) -> Deferred[list[AuditEvent]]:
         """@return: a Deferred firing with the tenant's L{AuditEvent} list in
         chain order, filtered by state path, kinds and a time range."""
+
+    def list_events_page(tenant: str, query: EventPageQuery) -> Deferred[list[AuditEvent]]:
+        """A window of the tenant's events (L{kilolock.event_pages}): at most
+        C{query.limit} events that L{event_matches} C{query}, on its side of
+        its cursor; in one transaction, costing what the window holds.
+
+        @return: a Deferred firing with the events, newest first (oldest
+            first when C{query.after} is set)."""
 
     def record_event(tenant: str, kind: str, principal: str, state_path: str | None = None,
                      detail: dict[str, Any] | None = None) -> Deferred[AuditEvent]:

@@ -9,6 +9,7 @@ hosted half (L{ITenantStore}) is L{kilolock.store.memory_tenants.MemoryTenants}.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -30,6 +31,7 @@ from kilolock.audit import (
     write_detail,
 )
 from kilolock.errors import StateNotFound
+from kilolock.event_pages import EventPageQuery, event_matches, in_window
 from kilolock.interfaces import IOidcPolicyStore, ISessionStore, IStateStore, ITenantStore
 from kilolock.model import (
     LOCK_ACQUIRE,
@@ -409,6 +411,27 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
             and (until is None or event.at < until)
         ])
 
+    def list_events_page(self, tenant: str,
+                         query: EventPageQuery) -> Deferred[list[AuditEvent]]:
+        chain = self._events.get(tenant, [])
+        if query.ascending:
+            start = bisect_right(chain, query.after or 0, key=_seq)
+            candidates: Iterable[AuditEvent] = (chain[index] for index in
+                                                range(start, len(chain)))
+        else:
+            end = len(chain) if query.before is None else bisect_left(
+                chain, query.before, key=_seq)
+            candidates = (chain[index] for index in range(end - 1, -1, -1))
+        found = []
+        for event in candidates:
+            if not in_window(query, event.seq):
+                break
+            if event_matches(query, event):
+                found.append(event)
+                if len(found) == query.limit:
+                    break
+        return succeed(found)
+
     def record_event(self, tenant: str, kind: str, principal: str,
                      state_path: str | None = None,
                      detail: dict[str, Any] | None = None) -> Deferred[AuditEvent]:
@@ -467,3 +490,7 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
         chain.append(event)
         self._heads[tenant] = ChainHead(event.seq, event.hash)
         return event
+
+
+def _seq(event: AuditEvent) -> int:
+    return event.seq

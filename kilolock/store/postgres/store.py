@@ -32,6 +32,7 @@ from zope.interface import implementer
 from kilolock.atrest.interfaces import IKeyProvider
 from kilolock.atrest.versions import VersionCodec
 from kilolock.audit import ChainHead
+from kilolock.event_pages import EventPageQuery
 from kilolock.interfaces import (
     IHealthCheck,
     IOidcPolicyStore,
@@ -67,6 +68,7 @@ from kilolock.stateops.model import StateWrite
 from kilolock.store.embedded import EmbeddedPostgres
 from kilolock.store.postgres.dashboard import PostgresDashboard
 from kilolock.store.postgres.dsn import CONNECT_TIMEOUT, STATEMENT_TIMEOUT
+from kilolock.store.postgres.event_pages import PostgresEventPages
 from kilolock.store.postgres.events import PostgresEvents
 from kilolock.store.postgres.keys import check_keys_txn
 from kilolock.store.postgres.large import LARGE_UPLOAD_BYTES
@@ -144,6 +146,7 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
         self._multi_writes = PostgresMultiWrites(self.runner, clock, self.codec, self.snapshots)
         self._reads = PostgresReads(self.runner, self.codec)
         self._events = PostgresEvents(self.runner, clock)
+        self._event_pages = PostgresEventPages(self.runner)
         self._dashboard = PostgresDashboard(self.runner)
         self.tenants = PostgresTenants(self.runner, clock)
         self.oidc_policies = PostgresOidcPolicies(self.runner, clock)
@@ -258,6 +261,10 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
                     kinds: Iterable[str] | None = None, since: datetime | None = None,
                     until: datetime | None = None) -> Deferred[list[AuditEvent]]:
         return self._events.list_events(tenant, state_path, kinds, since, until)
+
+    def list_events_page(self, tenant: str,
+                         query: EventPageQuery) -> Deferred[list[AuditEvent]]:
+        return self._event_pages.list_events_page(tenant, query)
 
     def record_event(self, tenant: str, kind: str, principal: str,
                      state_path: str | None = None,
