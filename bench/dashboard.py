@@ -127,6 +127,9 @@ PAGES = [
     ("diff page (5,000 changed)", "/ui/states/big/-/diff"),
     ("JSON: diff", "/v1/native/states/big/-/diff"),
     ("audit trail page", "/ui/audit"),
+    ("audit trail, a page deep in the chain", "/ui/audit?before=5001"),
+    ("audit chain verification (/ui/audit/verify)", "/ui/audit/verify"),
+    ("JSON: chain verification", "/v1/native/events/verify"),
     ("search page (type, 200 shown)", "/ui/search?type=terraform_data"),
 ]
 

