@@ -42,17 +42,10 @@ class EventPageQuery:
         return self.after is not None
 
 
-def detail_values(event: AuditEvent) -> list[str]:
-    """The values of the event's detail, each as text (a string as it is,
-    anything else as its JSON text)."""
-    try:
-        detail = json.loads(event.detail)
-    except ValueError:
-        return []
-    if not isinstance(detail, dict):
-        return []
-    return [value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            for value in detail.values()]
+def escaped(text: str) -> str:
+    """C{text} as it appears inside a JSON string of an event's detail
+    (which is stored as canonical JSON, non-ASCII characters escaped)."""
+    return json.dumps(text)[1:-1]
 
 
 def event_matches(query: EventPageQuery, event: AuditEvent) -> bool:
@@ -64,8 +57,7 @@ def event_matches(query: EventPageQuery, event: AuditEvent) -> bool:
     if query.path_prefix is not None and not (
             event.state_path is not None and event.state_path.startswith(query.path_prefix)):
         return False
-    return query.by is None or query.by in event.principal or any(
-        query.by in value for value in detail_values(event))
+    return query.by is None or query.by in event.principal or escaped(query.by) in event.detail
 
 
 def in_window(query: EventPageQuery, seq: int) -> bool:

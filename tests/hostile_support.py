@@ -401,6 +401,7 @@ READ_VIEWS = [
     "/v1/native/states/app/-/resources", "/v1/native/resources", "/v1/native/events",
     "/v1/native/events/verify", "/v1/native/events/head", "/v1/states/app",
     "/ui/", "/ui/states/app", "/ui/states/held", "/ui/states/fuzzed", "/ui/audit",
+    "/ui/audit/verify", "/ui/audit?before=2", "/ui/audit?after=1&by=x",
     "/ui/states/app/-/history", "/ui/states/fuzzed/-/history", "/ui/states/fuzzed/-/diff",
     "/ui/search?type=t", "/api/v2/organizations/default/workspaces",
     "/api/v2/organizations/default/workspaces/app",

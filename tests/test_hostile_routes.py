@@ -89,10 +89,10 @@ CONTROL = requests(
 DASHBOARD = requests(
     ["/ui/", "/ui/{s}", "/ui/states/{s}", "/ui/states/app", "/ui/states/{s}/-/{s}",
      "/ui/states/app/-/history", "/ui/states/app/-/diff", "/ui/states/app/-/versions/{s}",
-     "/ui/states/held/-/unlock", "/ui/audit", "/ui/search", "/ui/sign-in", "/ui/sign-out",
-     "/ui/static/{s}", "/"],
-    ["kind", "state", "by", "page", "type", "address", "module", "attribute", "from", "to",
-     "q", "sort", "next", "token", "csrf"])
+     "/ui/states/held/-/unlock", "/ui/audit", "/ui/audit/verify", "/ui/search",
+     "/ui/sign-in", "/ui/sign-out", "/ui/static/{s}", "/"],
+    ["kind", "state", "by", "page", "before", "after", "type", "address", "module",
+     "attribute", "from", "to", "q", "sort", "next", "token", "csrf"])
 
 TFE = requests(
     ["/api/v2/ping", "/api/v2/{s}", "/api/v2/organizations", "/api/v2/organizations/{s}",

@@ -2,9 +2,11 @@
 (L{kilolock.event_pages}): L{event_matches} said in SQL, paged by C{seq}
 on the C{events_tenant_seq} index, one statement in one transaction.
 
-The C{by} filter: C{strpos} on the principal, or on any value of the
-detail as C{jsonb_each_text} gives it (a string as it is, anything else as
-its JSON text), like L{kilolock.event_pages.detail_values}.
+The C{by} filter: C{strpos} on the principal, and on the detail's stored
+JSON text for the search text escaped as JSON escapes it
+(L{kilolock.event_pages.escaped}); the detail is never parsed, so a detail
+stored before today's text rules (a lone surrogate's escape) is searched
+like any other.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
-from kilolock.event_pages import EventPageQuery
+from kilolock.event_pages import EventPageQuery, escaped
 from kilolock.model import AuditEvent
 from kilolock.store.postgres import rows
 from kilolock.store.postgres.rows import EVENT_COLUMNS
@@ -28,8 +30,7 @@ _CONDITIONS = (
     ("kind", "kind = %(kind)s"),
     ("state_path", "state_path = %(state_path)s"),
     ("path_prefix", "starts_with(state_path, %(path_prefix)s)"),
-    ("by", "(strpos(principal, %(by)s) > 0 OR EXISTS ("
-           "SELECT 1 FROM jsonb_each_text(detail::jsonb) AS d WHERE strpos(d.value, %(by)s) > 0))"),
+    ("by", "(strpos(principal, %(by)s) > 0 OR strpos(detail, %(by_escaped)s) > 0)"),
 )
 
 
@@ -38,7 +39,8 @@ def select_events_page(tenant: str, query: EventPageQuery) -> tuple[str, dict[st
     params: dict[str, Any] = {"tenant": tenant, "limit": query.limit, "before": query.before,
                               "after": query.after, "kind": query.kind,
                               "state_path": query.state_path,
-                              "path_prefix": query.path_prefix, "by": query.by}
+                              "path_prefix": query.path_prefix, "by": query.by,
+                              "by_escaped": None if query.by is None else escaped(query.by)}
     conditions = ["tenant_id = %(tenant)s"]
     conditions += [condition for name, condition in _CONDITIONS if params[name] is not None]
     order = "ASC" if query.ascending else "DESC"
