@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attrs import frozen
+from attrs import evolve, frozen
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
@@ -112,11 +112,7 @@ async def event_window(store: IStateStore, principal: Principal, filters: dict[s
 
 def _moved(query: EventPageQuery, last: int) -> EventPageQuery:
     """C{query}'s next window, past the event with seq C{last}."""
-    if query.ascending:
-        return EventPageQuery(query.limit, None, last, query.kind, query.state_path,
-                              query.path_prefix, query.by)
-    return EventPageQuery(query.limit, last, None, query.kind, query.state_path,
-                          query.path_prefix, query.by)
+    return evolve(query, after=last) if query.ascending else evolve(query, before=last)
 
 
 class AuditView(Element):
