@@ -5,6 +5,7 @@ every failure into an HTML page (never JSON, never a traceback)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
@@ -159,6 +160,26 @@ def fragment(name: str, **slots: Any) -> Tag:
     filled with C{slots} (escaped when rendered)."""
     tag = next(item for item in template(name).load() if isinstance(item, Tag))
     return tag.clone().fillSlots(**slots)
+
+
+def page_count(total: int, per: int) -> int:
+    """How many pages C{total} items take, C{per} a page (one when none)."""
+    return max(1, math.ceil(total / per))
+
+
+def pager(tag: Tag, current: int, pages: int, earlier: str, later: str,
+          href: Callable[[int], str]) -> Tag:
+    """C{tag} holding a listing's pager: "Page C{current} of C{pages}", after
+    a link to the page before (labelled C{earlier}) and before a link to the
+    page after (C{later}) where there are such pages; C{href(n)} is page
+    C{n}'s address."""
+    parts: list[Any] = []
+    if current > 1:
+        parts.append(tags.a(earlier, rel="prev", href=href(current - 1)))
+    parts.append(tags.span(f"Page {current} of {pages}"))
+    if current < pages:
+        parts.append(tags.a(later, rel="next", href=href(current + 1)))
+    return tag(parts)
 
 
 def error_content(message: str) -> Tag:

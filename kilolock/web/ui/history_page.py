@@ -5,7 +5,6 @@ shown side by side), and the download of a version."""
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from twisted.web.resource import Resource
@@ -19,7 +18,7 @@ from kilolock.statediff import diff_states
 from kilolock.web._base import Response
 from kilolock.web.body import in_thread_if_large
 from kilolock.web.ui import BASE_PATH, format
-from kilolock.web.ui.base import Viewer, render_page, template
+from kilolock.web.ui.base import Viewer, page_count, pager, render_page, template
 from kilolock.web.ui.headers import SECURITY_HEADERS
 from kilolock.web.ui.params import number, state_url, with_query
 from kilolock.web.ui.secrets import sensitive_values, shows_secret
@@ -141,17 +140,10 @@ class HistoryView(Element):
 
     @renderer
     def pager(self, request: Request, tag: Tag) -> Tag:
-        pages = max(1, math.ceil(len(self.versions) / HISTORY_PAGE))
         url = state_url(self.key.path, "history")
-        parts: list[Any] = []
-        if self.current_page > 1:
-            parts.append(tags.a("Newer versions", rel="prev",
-                                href=with_query(url, {"page": self.current_page - 1})))
-        parts.append(tags.span(f"Page {self.current_page} of {pages}"))
-        if self.current_page < pages:
-            parts.append(tags.a("Older versions", rel="next",
-                                href=with_query(url, {"page": self.current_page + 1})))
-        return tag(parts)
+        return pager(tag, self.current_page, page_count(len(self.versions), HISTORY_PAGE),
+                     "Newer versions", "Older versions",
+                     lambda page: with_query(url, {"page": page}))
 
 
 class HistoryPage(StatePart):
@@ -163,7 +155,7 @@ class HistoryPage(StatePart):
         key = self.key(request, viewer)
         await self.summary(key)
         versions = await self.lane.store.list_versions(key)
-        page = number(request, "page", 1, max(1, math.ceil(len(versions) / HISTORY_PAGE)))
+        page = number(request, "page", 1, page_count(len(versions), HISTORY_PAGE))
         newest = versions[::-1][(page - 1) * HISTORY_PAGE:page * HISTORY_PAGE]
         by_number = {version.number: version for version in versions}
         changes: dict[int, tuple[int, int, int] | None] = {}

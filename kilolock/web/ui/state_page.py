@@ -4,7 +4,6 @@ dependency graph, and the blocks to use it from Terraform."""
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +16,7 @@ from kilolock.model import AuditEvent, Projection, ResourceRow, StateKey, StateS
 from kilolock.web._base import Response
 from kilolock.web.ui import BASE_PATH, format
 from kilolock.web.ui.backend_blocks import base_url, cloud_block, http_backend_block
-from kilolock.web.ui.base import Viewer, render_page, template
+from kilolock.web.ui.base import Viewer, page_count, pager, render_page, template
 from kilolock.web.ui.graph import build_graph, draw
 from kilolock.web.ui.history_page import DiffPage, HistoryPage, VersionsFolder, last_writer
 from kilolock.web.ui.params import number, state_url, text, with_query
@@ -173,17 +172,9 @@ class StateView(Element):
 
     @renderer
     def resource_pager(self, request: Request, tag: Tag) -> Tag:
-        pages = max(1, math.ceil(len(self.found) / RESOURCE_PAGE))
-        parts: list[Any] = []
-        link = {**self.wanted}
-        if self.current_page > 1:
-            parts.append(tags.a("Previous resources", rel="prev", href=with_query(
-                state_url(self.path), {**link, "page": self.current_page - 1})))
-        parts.append(tags.span(f"Page {self.current_page} of {pages}"))
-        if self.current_page < pages:
-            parts.append(tags.a("Next resources", rel="next", href=with_query(
-                state_url(self.path), {**link, "page": self.current_page + 1})))
-        return tag(parts)
+        return pager(tag, self.current_page, page_count(len(self.found), RESOURCE_PAGE),
+                     "Previous resources", "Next resources",
+                     lambda page: with_query(state_url(self.path), {**self.wanted, "page": page}))
 
     @renderer
     def outputs(self, request: Request, tag: Tag) -> Tag:
