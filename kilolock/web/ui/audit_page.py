@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from attrs import define
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
@@ -48,18 +49,17 @@ def what(event: AuditEvent) -> str:
     return ", ".join(parts) or "—"
 
 
+@define(slots=False, eq=False)
 class AuditView(Element):
-    def __init__(self, events: list[AuditEvent], total: int, page: int,
-                 filters: dict[str, str], broken: ChainBreak | None, chain_length: int,
-                 principal: Principal) -> None:
-        super().__init__(loader=template("audit"))
-        self.shown = events
-        self.total = total
-        self.current_page = page
-        self.filters = filters
-        self.broken = broken
-        self.chain_length = chain_length
-        self.principal = principal
+    loader = template("audit")
+
+    shown: list[AuditEvent]
+    total: int
+    current_page: int
+    filters: dict[str, str]
+    broken: ChainBreak | None
+    chain_length: int
+    principal: Principal
 
     @renderer
     def page(self, request: Request, tag: Tag) -> Tag:

@@ -11,7 +11,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import quote
 
-from attrs import evolve, field, frozen
+from attrs import define, evolve, field, frozen
 from twisted.internet.defer import CancelledError
 from twisted.python.failure import Failure
 from twisted.python.filepath import FilePath
@@ -83,23 +83,24 @@ class SignInNeeded(Exception):
     """No live session: the browser is sent to the sign-in page."""
 
 
+@define(slots=False, eq=False)
 class Layout(Element):
     """The page around every page's content."""
 
-    def __init__(self, dashboard: Dashboard, viewer: Viewer | None, title: str,
-                 content: Any, section: str | None = None,
-                 heading: str | None = None) -> None:
-        super().__init__(loader=template("layout"))
-        self.heading = title if heading is None else heading
-        self.dashboard = dashboard
-        self.viewer = viewer
-        self.title = title
-        self.body = content
-        self.section = section
+    loader = template("layout")
+
+    dashboard: Dashboard
+    viewer: Viewer | None
+    title: str
+    body: Any
+    section: str | None = None
+    #: The page's heading (None: its title).
+    heading: str | None = None
 
     @renderer
     def page(self, request: Request, tag: Tag) -> Tag:
-        return tag.fillSlots(title=self.title, heading=self.heading)
+        return tag.fillSlots(title=self.title,
+                             heading=self.title if self.heading is None else self.heading)
 
     @renderer
     def stylesheet(self, request: Request, tag: Tag) -> Tag:

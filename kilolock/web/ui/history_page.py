@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from attrs import define
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
@@ -75,16 +76,15 @@ def is_replacement(change: dict[str, Any]) -> bool:
     return any(item.get("path") == "id" for item in change["changes"])
 
 
+@define(slots=False, eq=False)
 class HistoryView(Element):
-    def __init__(self, key: StateKey, versions: list[StateVersion],
-                 page: int, changes: dict[int, tuple[int, int, int] | None],
-                 by_version: dict[tuple[int, str | None], AuditEvent]) -> None:
-        super().__init__(loader=template("history"))
-        self.key = key
-        self.versions = versions
-        self.current_page = page
-        self.changes = changes
-        self.by_version = by_version
+    loader = template("history")
+
+    key: StateKey
+    versions: list[StateVersion]
+    current_page: int
+    changes: dict[int, tuple[int, int, int] | None]
+    by_version: dict[tuple[int, str | None], AuditEvent]
 
     @renderer
     def page(self, request: Request, tag: Tag) -> Tag:
@@ -201,16 +201,16 @@ def value_text(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
+@define(slots=False, eq=False)
 class DiffView(Element):
-    def __init__(self, key: StateKey, diff: dict[str, Any], since: int, to: int,
-                 summary: str, secrets: frozenset[str] = frozenset()) -> None:
-        super().__init__(loader=template("diff"))
-        self.secrets = secrets
-        self.key = key
-        self.diff = diff
-        self.since = since
-        self.to = to
-        self.summary = summary
+    loader = template("diff")
+
+    key: StateKey
+    diff: dict[str, Any]
+    since: int
+    to: int
+    summary: str
+    secrets: frozenset[str] = frozenset()
 
     @renderer
     def page(self, request: Request, tag: Tag) -> Tag:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from attrs import define, field
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
@@ -47,25 +48,30 @@ def matching(rows: tuple[ResourceRow, ...], wanted: dict[str, str]) -> list[Reso
             and (not wanted["provider"] or row.provider == wanted["provider"])]
 
 
+@define(slots=False, eq=False)
 class StateView(Element):
     """The sections of a state's page."""
 
-    def __init__(self, summary: StateSummary, projection: Projection | None,
-                 wanted: dict[str, str], page: int, blocks: list[tuple[str, str]],
-                 can_unlock: bool, now: datetime, writer: AuditEvent | None) -> None:
-        super().__init__(loader=template("state"))
-        self.state = summary
-        self.projection = projection
-        self.wanted = wanted
-        self.current_page = page
-        self.blocks_ = blocks
-        self.can_unlock = can_unlock
-        self.now = now
-        self.writer = writer
-        version = format.detail_of(writer).get("terraform_version")
+    loader = template("state")
+
+    state: StateSummary
+    projection: Projection | None
+    wanted: dict[str, str]
+    current_page: int
+    blocks_: list[tuple[str, str]]
+    can_unlock: bool
+    now: datetime
+    writer: AuditEvent | None
+    #: The Terraform version that wrote the state, when its event says.
+    terraform_version: str | None = field(init=False)
+    #: The resources the filter in C{wanted} lets through.
+    found: list[ResourceRow] = field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        version = format.detail_of(self.writer).get("terraform_version")
         self.terraform_version = version if isinstance(version, str) else None
-        rows = projection.resources if projection is not None else ()
-        self.found = matching(rows, wanted)
+        rows = self.projection.resources if self.projection is not None else ()
+        self.found = matching(rows, self.wanted)
 
     @property
     def path(self) -> str:

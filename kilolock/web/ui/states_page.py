@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from attrs import define
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
@@ -44,19 +45,19 @@ def options(selected: str, values: dict[str, str]) -> list[Tag]:
     return found
 
 
+@define(slots=False, eq=False)
 class StatesView(Element):
     """The filter form, the table and the pager of one listing page."""
 
-    def __init__(self, listing: StatePage, query: StateListQuery, q: str, per: int,
-                 names: dict[str, str], hosted: bool, now: datetime) -> None:
-        super().__init__(loader=template("states"))
-        self.listing = listing
-        self.query = query
-        self.q = q
-        self.per = per
-        self.names = names
-        self.hosted = hosted
-        self.now = now
+    loader = template("states")
+
+    listing: StatePage
+    query: StateListQuery
+    q: str
+    per: int
+    names: dict[str, str]
+    hosted: bool
+    now: datetime
 
     def link(self, **changes: Any) -> str:
         parameters = {"q": self.q, "sort": self.query.sort,
