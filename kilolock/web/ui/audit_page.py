@@ -4,9 +4,9 @@ and paged, and the verification of the tenant's hash chain
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from attrs import define
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
@@ -25,7 +25,7 @@ from kilolock.model import (
 from kilolock.scope import in_scope
 from kilolock.web._base import Response
 from kilolock.web.ui import BASE_PATH, format
-from kilolock.web.ui.base import UiResource, Viewer, render_page, template
+from kilolock.web.ui.base import UiResource, Viewer, page_count, pager, render_page, template
 from kilolock.web.ui.params import number, state_url, text, with_query
 from kilolock.web.ui.states_page import options
 
@@ -49,18 +49,17 @@ def what(event: AuditEvent) -> str:
     return ", ".join(parts) or "—"
 
 
+@define(slots=False, eq=False)
 class AuditView(Element):
-    def __init__(self, events: list[AuditEvent], total: int, page: int,
-                 filters: dict[str, str], broken: ChainBreak | None, chain_length: int,
-                 principal: Principal) -> None:
-        super().__init__(loader=template("audit"))
-        self.shown = events
-        self.total = total
-        self.current_page = page
-        self.filters = filters
-        self.broken = broken
-        self.chain_length = chain_length
-        self.principal = principal
+    loader = template("audit")
+
+    shown: list[AuditEvent]
+    total: int
+    current_page: int
+    filters: dict[str, str]
+    broken: ChainBreak | None
+    chain_length: int
+    principal: Principal
 
     @renderer
     def page(self, request: Request, tag: Tag) -> Tag:
@@ -101,16 +100,10 @@ class AuditView(Element):
 
     @renderer
     def pager(self, request: Request, tag: Tag) -> Tag:
-        pages = max(1, math.ceil(self.total / EVENT_PAGE))
-        parts: list[Any] = []
-        if self.current_page > 1:
-            parts.append(tags.a("Newer events", rel="prev", href=with_query(
-                BASE_PATH + "/audit", {**self.filters, "page": self.current_page - 1})))
-        parts.append(tags.span(f"Page {self.current_page} of {pages}"))
-        if self.current_page < pages:
-            parts.append(tags.a("Older events", rel="next", href=with_query(
-                BASE_PATH + "/audit", {**self.filters, "page": self.current_page + 1})))
-        return tag(parts)
+        return pager(tag, self.current_page, page_count(self.total, EVENT_PAGE),
+                     "Newer events", "Older events",
+                     lambda page: with_query(BASE_PATH + "/audit",
+                                             {**self.filters, "page": page}))
 
 
 class AuditPage(UiResource):
