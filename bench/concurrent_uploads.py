@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import hashlib
 import statistics
 import sys
 import time
@@ -38,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import contextlib
 
-from http_client import Connection
+from http_client import Connection, content_md5, read_response
 from large_state import big_state, small_get_loop
 from servers import peak_rss_bytes, rss_bytes, running
 
@@ -51,22 +49,6 @@ CONFIGS = {
 CHUNK = 1 << 20
 
 
-async def _read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
-    status_line = await reader.readline()
-    if not status_line:
-        raise ConnectionResetError("the server closed the connection without an answer")
-    status = int(status_line.split(b" ", 2)[1])
-    headers: dict[str, str] = {}
-    while True:
-        line = await reader.readline()
-        if line in (b"\r\n", b""):
-            break
-        name, _, value = line.decode("latin-1").partition(":")
-        headers[name.strip().lower()] = value.strip()
-    length = int(headers.get("content-length", "0"))
-    return status, headers, await reader.readexactly(length) if length else b""
-
-
 async def post_once(port: int, path: str, body: bytes,
                     md5: str) -> tuple[int, dict[str, str], bytes]:
     """One POST on a new connection, reading the answer while the body is
@@ -75,7 +57,7 @@ async def post_once(port: int, path: str, body: bytes,
     head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: Go-http-client/1.1\r\n"
             f"Content-Type: application/json\r\nContent-Md5: {md5}\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode()
-    answer = asyncio.create_task(_read_response(reader))
+    answer = asyncio.create_task(read_response(reader))
     try:
         writer.write(head)
         view = memoryview(body)
@@ -97,7 +79,7 @@ async def post_once(port: int, path: str, body: bytes,
 async def upload(port: int, path: str, body: bytes) -> tuple[int, float]:
     """POST C{body} until it is stored, sleeping a 503's C{Retry-After}.
     @return: (the number of 503s, the seconds spent waiting)."""
-    md5 = base64.b64encode(hashlib.md5(body).digest()).decode()
+    md5 = content_md5(body)
     refused, waited = 0, 0.0
     while True:
         try:

@@ -8,6 +8,28 @@ import base64
 import hashlib
 
 
+def content_md5(body: bytes) -> str:
+    """The C{Content-MD5} header Terraform sends with C{body}."""
+    return base64.b64encode(hashlib.md5(body).digest()).decode()
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One response: its status, its headers (names lowercase) and body."""
+    status_line = await reader.readline()
+    if not status_line:
+        raise ConnectionResetError("the server closed the connection without an answer")
+    status = int(status_line.split(b" ", 2)[1])
+    headers: dict[str, str] = {}
+    while True:
+        line = await reader.readline()
+        if line in (b"\r\n", b""):
+            break
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
+    return status, headers, await reader.readexactly(length) if length else b""
+
+
 class Connection:
     """One keep-alive connection; requests are sent one at a time."""
 
@@ -27,23 +49,12 @@ class Connection:
         if body:
             head.append("Content-Type: application/json")
             if md5:
-                digest = base64.b64encode(hashlib.md5(body).digest()).decode()
-                head.append(f"Content-Md5: {digest}")
+                head.append(f"Content-Md5: {content_md5(body)}")
         self.writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
         if body:
             self.writer.write(body)
         await self.writer.drain()
-        status_line = await self.reader.readline()
-        status = int(status_line.split(b" ", 2)[1])
-        length = 0
-        while True:
-            line = await self.reader.readline()
-            if line in (b"\r\n", b""):
-                break
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value.strip())
-        payload = await self.reader.readexactly(length) if length else b""
+        status, _, payload = await read_response(self.reader)
         return status, payload
 
     async def close(self) -> None:

@@ -32,7 +32,7 @@ from typing import IO, Any
 from attrs import field, frozen
 
 from kilolock.atrest.compression import Codec, compress_version
-from kilolock.atrest.envelope import VersionIdentity, WrappedKey
+from kilolock.atrest.envelope import VersionColumns, WrappedKey
 from kilolock.atrest.errors import StoredVersionUnreadable
 from kilolock.atrest.keyring import KeyRing
 from kilolock.atrest.stored import StoredPayload, decode_version, decrypt_stored, encrypt_stored
@@ -41,23 +41,12 @@ __all__ = ["JOBS", "Job", "JobReport", "RowProgress", "run_job"]
 
 
 @frozen
-class Row:
-    """A candidate row: where it is and what identifies its bytes."""
+class Row(VersionColumns):
+    """A candidate row: its id, where it is and what identifies its bytes."""
 
-    id: int
-    tenant: str
-    path: str
-    number: int
-    serial: int
-    sha256: str
-    size: int
-    codec: str
     data_key: bytes | None
     base_sha256: str | None
-
-    @property
-    def identity(self) -> VersionIdentity:
-        return VersionIdentity(self.tenant, self.path, self.serial, self.sha256, self.size)
+    id: int = field(kw_only=True)
 
 
 @frozen
@@ -239,8 +228,8 @@ def run_job(connection: Any, job: Job, keys: KeyRing | None,
 def _row(values: Any) -> Row:
     (row_id, tenant, path, number, serial, sha256, size, codec, data_key,
      base_sha256) = values
-    return Row(row_id, tenant, path, number, serial, sha256, size, codec,
-               None if data_key is None else bytes(data_key), base_sha256)
+    return Row(tenant, path, number, serial, sha256, size, codec,
+               None if data_key is None else bytes(data_key), base_sha256, id=row_id)
 
 
 def _change(cursor: Any, job: Job, row: Row, keys: KeyRing | None,

@@ -54,6 +54,25 @@ class VersionIdentity:
 
 
 @frozen
+class VersionColumns:
+    """The columns that name a version row: its state, its number, what the
+    row says its bytes are (L{identity}) and C{codec}, the text of the
+    column saying how they are stored."""
+
+    tenant: str
+    path: str
+    number: int
+    serial: int
+    sha256: str
+    size: int
+    codec: str
+
+    @property
+    def identity(self) -> VersionIdentity:
+        return VersionIdentity(self.tenant, self.path, self.serial, self.sha256, self.size)
+
+
+@frozen
 class WrappedKey:
     """A data key wrapped by the key-encryption key C{key_id}."""
 

@@ -13,34 +13,23 @@ from collections.abc import Iterable, Iterator
 from attrs import field, frozen
 
 from kilolock.atrest.compression import Base, Codec
-from kilolock.atrest.envelope import VersionIdentity, WrappedKey
+from kilolock.atrest.envelope import VersionColumns, WrappedKey
 from kilolock.atrest.errors import CorruptVersion, StoredVersionUnreadable, WrongBase
 from kilolock.atrest.keyring import KeyRing
 from kilolock.atrest.stored import StoredPayload, decode_version
 
 
 @frozen
-class VersionRow:
+class VersionRow(VersionColumns):
     """The columns of one version row that its bytes depend on.
 
-    C{codec} is the column's text; C{data_key} is None for a row stored
-    unencrypted; C{base_number} names the snapshot a delta was made against.
+    C{data_key} is None for a row stored unencrypted; C{base_number} names
+    the snapshot a delta was made against.
     """
 
-    tenant: str
-    path: str
-    number: int
-    serial: int
-    sha256: str
-    size: int
-    codec: str
     payload: bytes = field(repr=lambda data: f"<{len(data)} bytes>")
     data_key: bytes | None = None
     base_number: int | None = None
-
-    @property
-    def identity(self) -> VersionIdentity:
-        return VersionIdentity(self.tenant, self.path, self.serial, self.sha256, self.size)
 
     def stored(self) -> StoredPayload:
         try:

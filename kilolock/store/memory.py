@@ -40,8 +40,6 @@ from kilolock.model import (
     AuditEvent,
     HeldLock,
     LockInfo,
-    OidcPolicyRecord,
-    OidcTenant,
     Principal,
     Projection,
     ResourceMatch,
@@ -113,16 +111,18 @@ class StoredState:
              IRetentionStore, IStateOperationsStore)
 @define
 class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
+                       proxyForInterface(IOidcPolicyStore, "oidc_policies"),  # type: ignore[misc]
                        proxyForInterface(ITFEStore, "tfe"),  # type: ignore[misc]
                        proxyForInterface(IRetentionStore, "retention"),  # type: ignore[misc]
                        proxyForInterface(IStateOperationsStore, "stateops")):  # type: ignore[misc]
     """Every state, version, lock and event of every tenant, in dicts.
 
-    L{ITenantStore} is forwarded to L{tenants}, L{ITFEStore} to L{tfe},
-    L{IRetentionStore} to L{retention} and L{IStateOperationsStore} to
-    L{stateops} but for L{write_states} (Twisted's C{proxyForInterface}:
-    mypy cannot follow a base class made at run time), which share the
-    states and the audit chain; L{IOidcPolicyStore} to L{oidc_policies}.
+    L{ITenantStore} is forwarded to L{tenants}, L{IOidcPolicyStore} to
+    L{oidc_policies}, L{ITFEStore} to L{tfe}, L{IRetentionStore} to
+    L{retention} and L{IStateOperationsStore} to L{stateops} but for
+    L{write_states} (Twisted's C{proxyForInterface}: mypy cannot follow a
+    base class made at run time), which share the states and the audit
+    chain.
     Versions are kept as raw bytes, unencrypted.
     """
 
@@ -314,22 +314,6 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
     def get_lock(self, key: StateKey) -> Deferred[HeldLock | None]:
         state = self._states.get(key)
         return succeed(state.lock if state else None)
-
-    # -- OIDC policies: MemoryOidcPolicies ------------------------------
-
-    def get_oidc_policy(self, tenant: str) -> Deferred[OidcPolicyRecord | None]:
-        return self.oidc_policies.get_oidc_policy(tenant)
-
-    def put_oidc_policy(self, tenant: str, document: str,
-                        actor: Principal) -> Deferred[OidcPolicyRecord]:
-        return self.oidc_policies.put_oidc_policy(tenant, document, actor)
-
-    def delete_oidc_policy(self, tenant: str,
-                           actor: Principal) -> Deferred[OidcPolicyRecord | None]:
-        return self.oidc_policies.delete_oidc_policy(tenant, actor)
-
-    def oidc_tenant_of_workspace(self, workspace_id: str) -> Deferred[OidcTenant | None]:
-        return self.oidc_policies.oidc_tenant_of_workspace(workspace_id)
 
     # -- inspection -----------------------------------------------------
 

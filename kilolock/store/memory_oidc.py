@@ -22,21 +22,19 @@ from kilolock.model import (
     OidcTenant,
     Principal,
 )
+from kilolock.store.memory_part import MemoryPart
 from kilolock.store.memory_tenants import AppendEvent, MemoryTenants
 
 
 @implementer(IOidcPolicyStore)
 @define
-class MemoryOidcPolicies:
+class MemoryOidcPolicies(MemoryPart):
     """Policies by tenant id."""
 
     _tenants: MemoryTenants
     _append_event: AppendEvent
     clock: Callable[[], datetime]
     _policies: dict[str, OidcPolicyRecord] = field(factory=dict, init=False)
-
-    def forget(self) -> None:
-        self._policies.clear()
 
     def get_oidc_policy(self, tenant: str) -> Deferred[OidcPolicyRecord | None]:
         return maybeDeferred(lambda: self._policies.get(self._tenants.known_tenant(tenant).id))

@@ -39,6 +39,7 @@ from kilolock.retention import (
     pruned_error,
 )
 from kilolock.retention_interfaces import IRetentionStore
+from kilolock.store.memory_part import MemoryPart
 from kilolock.store.memory_tenants import AppendEvent
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ HeldBy = Callable[[StateKey, datetime], set[int]]
 
 @implementer(IRetentionStore)
 @define
-class MemoryRetention:
+class MemoryRetention(MemoryPart):
     """Overrides by (tenant, path or ""), holds by state."""
 
     _states: dict[StateKey, StoredState]
@@ -62,10 +63,6 @@ class MemoryRetention:
     _held_elsewhere: HeldBy = field(default=lambda key, now: set())
     _overrides: dict[tuple[str, str], RetentionSetting] = field(factory=dict, init=False)
     _holds: dict[StateKey, dict[tuple[int, str], datetime]] = field(factory=dict, init=False)
-
-    def forget(self) -> None:
-        self._overrides.clear()
-        self._holds.clear()
 
     # -- overrides --------------------------------------------------------
 

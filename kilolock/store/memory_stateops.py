@@ -18,6 +18,7 @@ from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from kilolock.model import StateKey
 from kilolock.stateops import chunks
 from kilolock.stateops.model import OperationRecord, Owner, UploadSession
+from kilolock.store.memory_part import MemoryPart
 
 if TYPE_CHECKING:
     from kilolock.store.memory import StoredState
@@ -28,7 +29,7 @@ _CHANGEABLE = frozenset({"status", "progress", "result", "error", "lease_expires
 
 
 @define
-class MemoryStateOps:
+class MemoryStateOps(MemoryPart):
     """Operations by id, upload sessions by id with their chunks' bytes.
 
     @ivar _states: the store's states (read only here).
@@ -39,10 +40,6 @@ class MemoryStateOps:
     _operations: dict[str, OperationRecord] = field(factory=dict, init=False)
     _uploads: dict[str, UploadSession] = field(factory=dict, init=False)
     _chunk_bytes: dict[str, dict[int, bytes]] = field(factory=dict, init=False)
-
-    def forget(self) -> None:
-        for table in (self._operations, self._uploads, self._chunk_bytes):
-            table.clear()
 
     # -- operations -------------------------------------------------------
 

@@ -48,6 +48,7 @@ from kilolock.model import (
     TenantDeletion,
     Workspace,
 )
+from kilolock.store.memory_part import MemoryPart
 
 if TYPE_CHECKING:
     from kilolock.model import AuditEvent
@@ -64,7 +65,7 @@ class AppendEvent(Protocol):
 
 @implementer(ITenantStore)
 @define
-class MemoryTenants:
+class MemoryTenants(MemoryPart):
     """Tenants, workspaces, environments and tokens in dicts (by id).
 
     @ivar _states: the store's states (read and deleted here when a tenant,
@@ -80,12 +81,6 @@ class MemoryTenants:
     _environments: dict[str, Environment] = field(factory=dict, init=False)
     _tokens: dict[str, ApiToken] = field(factory=dict, init=False)
     _token_hashes: dict[str, str] = field(factory=dict, init=False)
-
-    def forget(self) -> None:
-        """Drop every tenant, workspace, environment and token."""
-        for table in (self._tenants, self._workspaces, self._environments, self._tokens,
-                      self._token_hashes):
-            table.clear()
 
     # -- tenants --------------------------------------------------------
 

@@ -19,6 +19,7 @@ from zope.interface import implementer
 from kilolock.audit import control_detail
 from kilolock.errors import NotFound
 from kilolock.model import Principal, StateKey
+from kilolock.store.memory_part import MemoryPart
 from kilolock.store.memory_tenants import AppendEvent
 from kilolock.tfe import grants
 from kilolock.tfe.errors import WorkspaceExists
@@ -45,7 +46,7 @@ NO_SUCH_WORKSPACE = "no such workspace"
 
 @implementer(ITFEStore)
 @define
-class MemoryTFE:
+class MemoryTFE(MemoryPart):
     """Workspace records (by id) and pending versions (by id) in dicts.
 
     @ivar _states: the store's states (read only here).
@@ -58,11 +59,6 @@ class MemoryTFE:
     _workspaces: dict[str, TFEWorkspace] = field(factory=dict, init=False)
     _by_key: dict[StateKey, str] = field(factory=dict, init=False)
     _pending: dict[str, PendingVersion] = field(factory=dict, init=False)
-
-    def forget(self) -> None:
-        """Drop every record and pending version."""
-        for table in (self._workspaces, self._by_key, self._pending):
-            table.clear()
 
     def held_versions(self, key: StateKey, now: datetime) -> set[int]:
         """The versions of C{key} that pending versions not expired at

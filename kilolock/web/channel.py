@@ -42,15 +42,15 @@ from twisted.web.http import HTTPChannel
 
 from kilolock.web._base import error_dialect_for
 from kilolock.web.edge import (
+    BODY_TOO_SLOW,
     DEFAULT_LIMITS,
+    HEAD_TOO_LARGE,
+    HEAD_TOO_SLOW,
+    REQUEST_LINE_TOO_LONG,
+    TOO_MANY_CONNECTIONS,
+    TOO_MANY_HEADERS,
     EdgeLimits,
     Refusal,
-    body_too_slow,
-    head_too_large,
-    head_too_slow,
-    request_line_too_long,
-    too_many_connections,
-    too_many_headers,
 )
 from kilolock.web.forwarded import is_trusted
 
@@ -123,7 +123,7 @@ class KilolockChannel(HTTPChannel):
         if connections is not None:
             connections.add(self)
         if not self._take_connection_slot():
-            self.refuse(too_many_connections(self.limits), linger=self.cap_linger_seconds)
+            self.refuse(TOO_MANY_CONNECTIONS.refusal(self.limits), linger=self.cap_linger_seconds)
 
     def _take_connection_slot(self) -> bool:
         """Count this connection against its peer's cap; False when the cap
@@ -190,14 +190,14 @@ class KilolockChannel(HTTPChannel):
     def lineLengthExceeded(self, line: bytes) -> None:
         """A line longer than what the head may still take."""
         if self._head_lines == 0:
-            self.refuse(request_line_too_long(self.limits))
+            self.refuse(REQUEST_LINE_TOO_LONG.refusal(self.limits))
         else:
-            self.refuse(head_too_large(self.limits))
+            self.refuse(HEAD_TOO_LARGE.refusal(self.limits))
 
     def headerReceived(self, line: bytes) -> bool:
         self._header_fields += 1
         if self._header_fields > self.limits.max_headers:
-            self.refuse(too_many_headers(self.limits))
+            self.refuse(TOO_MANY_HEADERS.refusal(self.limits))
             return False
         accepted: bool = super().headerReceived(line)
         return accepted
@@ -255,7 +255,7 @@ class KilolockChannel(HTTPChannel):
     def _head_still_overdue(self) -> None:
         self._head_deadline = None
         if self._in_head:
-            self.refuse(head_too_slow(self.limits))
+            self.refuse(HEAD_TOO_SLOW.refusal(self.limits))
 
     def _body_deadline(self) -> float:
         limits = self.limits
@@ -271,7 +271,7 @@ class KilolockChannel(HTTPChannel):
             # Read what is waiting on the socket before deciding.
             self._rate_check = self.callLater(0, lambda: self._check_rate(confirming=True))
         else:
-            self.refuse(body_too_slow(self.limits))
+            self.refuse(BODY_TOO_SLOW.refusal(self.limits))
 
     # -- refusing --------------------------------------------------------------
 

@@ -193,49 +193,62 @@ class EdgeRefusal(KilolockError):
         return {b"Retry-After": b"%d" % self.retry_after}
 
 
-def request_line_too_long(limits: EdgeLimits) -> Refusal:
-    return Refusal(414, b"URI Too Long", "request_line_too_long",
-                   f"the request line is longer than {limits.max_request_line} bytes"
-                   " (KL_MAX_REQUEST_LINE)")
+#: The reason phrase of each status the edge refuses with.
+_PHRASES = {408: b"Request Timeout", 413: b"Payload Too Large", 414: b"URI Too Long",
+            429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
+            503: b"Service Unavailable"}
+_ENV_OF = {option.field: option.env for option in EDGE_OPTIONS}
 
 
-def head_too_large(limits: EdgeLimits) -> Refusal:
-    return Refusal(431, b"Request Header Fields Too Large", "headers_too_large",
-                   f"the request head is larger than {limits.max_head_bytes} bytes"
-                   " (KL_MAX_HEAD_BYTES)")
+def _refusal(status: int, code: str, message: str, env: str,
+             retry_after: int | None = None) -> Refusal:
+    """A refusal whose message ends naming the setting C{env} it broke."""
+    return Refusal(status, _PHRASES[status], code, f"{message} ({env})", retry_after)
 
 
-def too_many_headers(limits: EdgeLimits) -> Refusal:
-    return Refusal(431, b"Request Header Fields Too Large", "too_many_headers",
-                   f"the request has more than {limits.max_headers} header fields"
-                   " (KL_MAX_HEADERS)")
+@frozen
+class LimitRefusal:
+    """How the edge refuses a request or connection past one of its
+    L{EdgeLimits}: the message names the limit's value and its setting."""
+
+    status: int
+    code: str
+    #: What went past the limit, C{{}} standing for the limit's value.
+    words: str
+    #: The L{EdgeLimits} field of the limit.
+    field: str
+    retry_after: int | None = None
+
+    def refusal(self, limits: EdgeLimits) -> Refusal:
+        """The refusal under C{limits}."""
+        return _refusal(self.status, self.code, self.words.format(getattr(limits, self.field)),
+                        _ENV_OF[self.field], self.retry_after)
 
 
-def head_too_slow(limits: EdgeLimits) -> Refusal:
-    return Refusal(408, b"Request Timeout", "header_timeout",
-                   f"the request head was not complete within {limits.header_timeout:g} s"
-                   " (KL_HEADER_TIMEOUT)")
-
-
-def body_too_slow(limits: EdgeLimits) -> Refusal:
-    return Refusal(408, b"Request Timeout", "body_too_slow",
-                   f"the request body arrived slower than {limits.body_min_rate} bytes/s"
-                   " (KL_BODY_MIN_RATE)")
-
-
-def too_many_connections(limits: EdgeLimits) -> Refusal:
-    return Refusal(429, b"Too Many Requests", "too_many_connections",
-                   f"this address already has {limits.max_connections_per_client} open"
-                   " connections (KL_MAX_CONNECTIONS_PER_CLIENT)", retry_after=1)
+REQUEST_LINE_TOO_LONG = LimitRefusal(414, "request_line_too_long",
+                                     "the request line is longer than {} bytes",
+                                     "max_request_line")
+HEAD_TOO_LARGE = LimitRefusal(431, "headers_too_large",
+                              "the request head is larger than {} bytes", "max_head_bytes")
+TOO_MANY_HEADERS = LimitRefusal(431, "too_many_headers",
+                                "the request has more than {} header fields", "max_headers")
+HEAD_TOO_SLOW = LimitRefusal(408, "header_timeout",
+                             "the request head was not complete within {:g} s",
+                             "header_timeout")
+BODY_TOO_SLOW = LimitRefusal(408, "body_too_slow",
+                             "the request body arrived slower than {} bytes/s", "body_min_rate")
+TOO_MANY_CONNECTIONS = LimitRefusal(429, "too_many_connections",
+                                    "this address already has {} open connections",
+                                    "max_connections_per_client", retry_after=1)
 
 
 def payload_too_large(limit: int) -> Refusal:
-    return Refusal(413, b"Payload Too Large", "payload_too_large",
-                   f"the request body is larger than the limit of {limit} bytes"
-                   " (KL_MAX_BODY_BYTES)")
+    return _refusal(413, "payload_too_large",
+                    f"the request body is larger than the limit of {limit} bytes",
+                    "KL_MAX_BODY_BYTES")
 
 
 def over_budget(retry_after: int) -> Refusal:
-    return Refusal(503, b"Service Unavailable", "uploads_over_budget",
-                   "too many large uploads are in progress; retry after"
-                   f" {retry_after} s (KL_BODY_BUDGET_BYTES)", retry_after=retry_after)
+    return _refusal(503, "uploads_over_budget",
+                    f"too many large uploads are in progress; retry after {retry_after} s",
+                    _ENV_OF["body_budget_bytes"], retry_after=retry_after)

@@ -17,7 +17,7 @@ from kilolock.retention import (
     policy_document,
 )
 from kilolock.retention_interfaces import IRetentionStore
-from kilolock.text_rules import NotJSON, load_json
+from kilolock.web.json_body import json_body, only_fields
 
 __all__ = ["MAX_REASON", "policy_body", "purge_body", "retention_answer",
            "tombstone_document"]
@@ -30,21 +30,12 @@ MAX_REASON = 500
 MAX_BODY = 64 * 1024
 
 
-def _json(body: bytes) -> Any:
-    if len(body) > MAX_BODY:
-        raise InvalidField("body", f"the body is larger than {MAX_BODY} bytes")
-    try:
-        return load_json(body, "the body", "body")
-    except NotJSON:
-        raise InvalidField("body", "the body must be a JSON object") from None
-
-
 def policy_body(body: bytes) -> RetentionPolicy:
     """A policy from a request body: C{{"versions": N | null, "days": D | null}}.
 
     @raise InvalidField: naming the member at fault.
     """
-    return parse_policy(_json(body))
+    return parse_policy(json_body(body, MAX_BODY))
 
 
 def reason_of(value: Any, field: str = "reason") -> str:
@@ -72,13 +63,10 @@ def purge_body(body: bytes, allowed: tuple[str, ...] = ("reason",)) -> dict[str,
 
     @raise InvalidField: naming the member at fault.
     """
-    document = _json(body)
+    document = json_body(body, MAX_BODY)
     if not isinstance(document, dict):
         raise InvalidField("body", "the body must be a JSON object: {\"reason\": \"...\"}")
-    for name in document:
-        if name not in allowed:
-            raise InvalidField(name, f"unknown field {name!r}; expected: "
-                                     + ", ".join(sorted(allowed)))
+    only_fields(document, allowed)
     return {**document, "reason": reason_of(document.get("reason"))}
 
 

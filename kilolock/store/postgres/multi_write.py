@@ -18,7 +18,7 @@ anything is inserted; any refusal or failure rolls everything back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,15 +26,13 @@ from twisted.internet.defer import Deferred, ensureDeferred
 
 from kilolock import state_rules
 from kilolock.atrest.envelope import VersionIdentity
-from kilolock.atrest.versions import VersionCodec
 from kilolock.audit import write_detail
 from kilolock.model import Principal, StateVersion, WriteOutcome
 from kilolock.state_rules import Replay
 from kilolock.stateops.model import StateWrite
 from kilolock.store.postgres import large, rows, statements
 from kilolock.store.postgres.events import append_event_txn
-from kilolock.store.postgres.payloads import SnapshotCache
-from kilolock.store.postgres.runner import TransactionRunner
+from kilolock.store.postgres.part import PayloadPart
 
 __all__ = ["PostgresMultiWrites"]
 
@@ -42,16 +40,9 @@ _STATE_ID = "SELECT id FROM states WHERE tenant_id = %(tenant)s AND path = %(pat
 _LOCK_STATE_ROWS = "SELECT id FROM states WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
 
 
-class PostgresMultiWrites:
+class PostgresMultiWrites(PayloadPart):
     """Writes of several states, run by C{runner}; payloads encoded by
     C{codec} (full snapshots, noted in C{snapshots})."""
-
-    def __init__(self, runner: TransactionRunner, clock: Callable[[], datetime],
-                 codec: VersionCodec, snapshots: SnapshotCache) -> None:
-        self._runner = runner
-        self._clock = clock
-        self._codec = codec
-        self._snapshots = snapshots
 
     def write_states(self, writes: Sequence[StateWrite], principal: Principal,
                      event_kind: str) -> Deferred[list[WriteOutcome]]:

@@ -12,8 +12,6 @@ statements by primary key or tenant.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -31,8 +29,8 @@ from kilolock.model import (
 )
 from kilolock.store.postgres import rows
 from kilolock.store.postgres.events import append_event_txn
+from kilolock.store.postgres.part import StorePart
 from kilolock.store.postgres.rows import ENVIRONMENT_COLUMNS, WORKSPACE_COLUMNS
-from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresOidcPolicies"]
 
@@ -66,12 +64,8 @@ def _record(row: Any) -> OidcPolicyRecord:
 
 
 @implementer(IOidcPolicyStore)
-class PostgresOidcPolicies:
+class PostgresOidcPolicies(StorePart):
     """Hosted tenants' OIDC policies, run by C{runner}."""
-
-    def __init__(self, runner: TransactionRunner, clock: Callable[[], datetime]) -> None:
-        self._runner = runner
-        self._clock = clock
 
     async def _tenant_txn(self, cursor: Any, tenant: str, *, live: bool) -> str:
         """The id of the tenant a slug or id names (a live one, its row

@@ -20,15 +20,13 @@ version must first be removed by a new version).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from attrs import evolve
 from twisted.internet.defer import Deferred
 
 from kilolock.atrest.compression import Base, Codec, Snapshot
-from kilolock.atrest.versions import StoredRow, VersionCodec
+from kilolock.atrest.versions import StoredRow
 from kilolock.audit import control_detail
 from kilolock.errors import StateNotFound, VersionIsCurrent, VersionNotFound
 from kilolock.model import VERSION_PURGE, Principal, StateKey, StateVersion
@@ -36,9 +34,9 @@ from kilolock.retention import pruned_error
 from kilolock.store.postgres import payloads, rows, statements
 from kilolock.store.postgres.codecs import bytes_from_hex
 from kilolock.store.postgres.events import append_event_and_commit_txn
-from kilolock.store.postgres.payloads import SnapshotCache, StoredColumns
+from kilolock.store.postgres.part import PayloadPart
+from kilolock.store.postgres.payloads import StoredColumns
 from kilolock.store.postgres.rows import VERSION_COLUMNS
-from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresPurge"]
 
@@ -72,17 +70,10 @@ WHERE id = %(id)s
 """
 
 
-class PostgresPurge:
+class PostgresPurge(PayloadPart):
     """Purges run by C{runner}, re-encoding with C{codec}; a purged state's
     snapshot is dropped from C{snapshots} (a write would find its base gone
     and write a full snapshot anyway)."""
-
-    def __init__(self, runner: TransactionRunner, clock: Callable[[], datetime],
-                 codec: VersionCodec, snapshots: SnapshotCache) -> None:
-        self._runner = runner
-        self._clock = clock
-        self._codec = codec
-        self._snapshots = snapshots
 
     def purge_version(self, key: StateKey, number: int, reason: str,
                       actor: Principal) -> Deferred[StateVersion]:

@@ -49,6 +49,7 @@ from kilolock.retention import (
 from kilolock.retention_interfaces import IRetentionStore
 from kilolock.store.postgres import rows, statements
 from kilolock.store.postgres.events import append_event_and_commit_txn, append_event_txn
+from kilolock.store.postgres.part import StorePart
 from kilolock.store.postgres.purge import PostgresPurge
 from kilolock.store.postgres.runner import TransactionRunner
 
@@ -157,14 +158,13 @@ def _policy(present: bool, versions: int | None, days: int | None) -> RetentionP
 
 
 @implementer(IRetentionStore)
-class PostgresRetention:
+class PostgresRetention(StorePart):
     """Retention and purges, run by C{runner}; a purge re-encodes with
     C{purge}'s codec."""
 
     def __init__(self, runner: TransactionRunner, clock: Callable[[], datetime],
                  purge: PostgresPurge) -> None:
-        self._runner = runner
-        self._clock = clock
+        super().__init__(runner, clock)
         self._purge = purge
 
     # -- overrides --------------------------------------------------------

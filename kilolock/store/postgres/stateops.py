@@ -11,7 +11,7 @@ path (L{kilolock.store.postgres.blocking}): no SQL literal of megabytes.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -21,8 +21,8 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from kilolock.stateops import chunks
 from kilolock.stateops.model import Chunk, OperationRecord, Owner, UploadSession
 from kilolock.store.postgres.blocking import binary_copy
+from kilolock.store.postgres.part import StorePart
 from kilolock.store.postgres.rows import utc
-from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresStateOps"]
 
@@ -94,12 +94,8 @@ def _session(row: Any, found: list[Any]) -> UploadSession:
         committed_version=committed)
 
 
-class PostgresStateOps:
+class PostgresStateOps(StorePart):
     """Operations, upload sessions and digests, run by C{runner}."""
-
-    def __init__(self, runner: TransactionRunner, clock: Callable[[], datetime]) -> None:
-        self._runner = runner
-        self._clock = clock
 
     # -- operations -------------------------------------------------------
 

@@ -6,7 +6,8 @@ The store is a composition, each part made with what it needs:
   - L{PostgresStates} (writes, deletes, LOCK, UNLOCK) and L{PostgresReads},
   - L{PostgresEvents} (the audit chain's calls),
   - L{PostgresTenants} (hosted mode), to which L{ITenantStore} is forwarded
-    whole;
+    whole, and L{PostgresOidcPolicies}, to which L{IOidcPolicyStore} is;
+  - L{PostgresDashboard} (the dashboard's listing; L{ISessionStore} whole);
   - L{PostgresTFE} (the TFE lane), to which L{ITFEStore} is forwarded whole;
   - L{PostgresRetention} (retention, purges, holds), to which
     L{IRetentionStore} is forwarded whole.
@@ -45,8 +46,6 @@ from kilolock.model import (
     AuditEvent,
     HeldLock,
     LockInfo,
-    OidcPolicyRecord,
-    OidcTenant,
     Principal,
     Projection,
     ResourceMatch,
@@ -58,7 +57,6 @@ from kilolock.model import (
     StateUpload,
     StateVersion,
     StoreProbe,
-    UiSession,
     WriteOutcome,
     utcnow,
 )
@@ -97,12 +95,17 @@ __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
 @implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore,
              IRetentionStore, IStateOperationsStore, IHealthCheck)
 class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
+                         proxyForInterface(IOidcPolicyStore,  # type: ignore[misc]
+                                           "oidc_policies"),
+                         proxyForInterface(ISessionStore, "_dashboard"),  # type: ignore[misc]
                          proxyForInterface(ITFEStore, "tfe"),  # type: ignore[misc]
                          proxyForInterface(IRetentionStore, "retention"),  # type: ignore[misc]
                          proxyForInterface(IStateOperationsStore,  # type: ignore[misc]
                                            "stateops")):
     """States, versions, locks, projection rows, audit events and tenants in
-    PostgreSQL.  L{ITenantStore} is forwarded whole to L{tenants} (Twisted's
+    PostgreSQL.  L{ITenantStore}, L{IOidcPolicyStore}, L{ISessionStore},
+    L{ITFEStore}, L{IRetentionStore} and L{IStateOperationsStore} are each
+    forwarded whole to the part that keeps them (Twisted's
     C{proxyForInterface}: mypy cannot follow a base class made at run time);
     each L{IStateStore} method to the part that runs it (the contracts are
     L{IStateStore}'s).
@@ -246,15 +249,6 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
     def list_states_page(self, tenant: str, query: StateListQuery) -> Deferred[StatePage]:
         return self._dashboard.list_states_page(tenant, query)
 
-    def create_session(self, session: UiSession) -> Deferred[None]:
-        return self._dashboard.create_session(session)
-
-    def find_session(self, id_hash: str, now: datetime) -> Deferred[UiSession | None]:
-        return self._dashboard.find_session(id_hash, now)
-
-    def delete_session(self, id_hash: str) -> Deferred[None]:
-        return self._dashboard.delete_session(id_hash)
-
     # -- the audit chain: PostgresEvents ----------------------------------
 
     def list_events(self, tenant: str, state_path: str | None = None,
@@ -273,22 +267,6 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
 
     def chain_head(self, tenant: str) -> Deferred[ChainHead]:
         return self._events.chain_head(tenant)
-
-    # -- OIDC policies: PostgresOidcPolicies ------------------------------
-
-    def get_oidc_policy(self, tenant: str) -> Deferred[OidcPolicyRecord | None]:
-        return self.oidc_policies.get_oidc_policy(tenant)
-
-    def put_oidc_policy(self, tenant: str, document: str,
-                        actor: Principal) -> Deferred[OidcPolicyRecord]:
-        return self.oidc_policies.put_oidc_policy(tenant, document, actor)
-
-    def delete_oidc_policy(self, tenant: str,
-                           actor: Principal) -> Deferred[OidcPolicyRecord | None]:
-        return self.oidc_policies.delete_oidc_policy(tenant, actor)
-
-    def oidc_tenant_of_workspace(self, workspace_id: str) -> Deferred[OidcTenant | None]:
-        return self.oidc_policies.oidc_tenant_of_workspace(workspace_id)
 
 
 def postgres_store_from_settings(settings: Any, reactor: Any,

@@ -60,13 +60,13 @@ from kilolock.model import (
 )
 from kilolock.store.postgres import rows
 from kilolock.store.postgres.events import append_event_txn
+from kilolock.store.postgres.part import StorePart
 from kilolock.store.postgres.rows import (
     ENVIRONMENT_COLUMNS,
     TENANT_COLUMNS,
     TOKEN_COLUMNS,
     WORKSPACE_COLUMNS,
 )
-from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresTenants"]
 
@@ -74,13 +74,9 @@ T = TypeVar("T")
 
 
 @implementer(ITenantStore)
-class PostgresTenants:
+class PostgresTenants(StorePart):
     """Tenants, workspaces, environments and tokens in PostgreSQL, run by
     C{runner}."""
-
-    def __init__(self, runner: TransactionRunner, clock: Callable[[], datetime]) -> None:
-        self._runner = runner
-        self._clock = clock
 
     # -- tenants --------------------------------------------------------
 

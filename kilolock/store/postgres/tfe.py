@@ -13,7 +13,7 @@ L{kilolock.tfe}, inside the transaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -24,8 +24,8 @@ from kilolock.audit import control_detail
 from kilolock.errors import NotFound
 from kilolock.model import Principal, StateKey
 from kilolock.store.postgres.events import append_event_txn
+from kilolock.store.postgres.part import StorePart
 from kilolock.store.postgres.rows import utc
-from kilolock.store.postgres.runner import TransactionRunner
 from kilolock.tfe import grants
 from kilolock.tfe.errors import WorkspaceExists
 from kilolock.tfe.interfaces import ITFEStore
@@ -94,12 +94,8 @@ def _pending(row: Any) -> PendingVersion:
 
 
 @implementer(ITFEStore)
-class PostgresTFE:
+class PostgresTFE(StorePart):
     """TFE workspace records and pending versions, run by C{runner}."""
-
-    def __init__(self, runner: TransactionRunner, clock: Callable[[], datetime]) -> None:
-        self._runner = runner
-        self._clock = clock
 
     # -- workspaces -------------------------------------------------------
 

@@ -15,10 +15,10 @@ from twisted.web.server import Request
 from kilolock.errors import InvalidField, NotFound, TenantNotFound, WorkspaceNotFound
 from kilolock.model import DEFAULT_TENANT, Principal, Tenant, Workspace
 from kilolock.retention import KEEP_EVERYTHING, RetentionPolicy
-from kilolock.text_rules import NotJSON, load_json
 from kilolock.web._base import AsyncResource, Branch, named_child
 from kilolock.web.body import read_body
 from kilolock.web.control import API_ROUTE, MAX_CONTROL_BODY_BYTES
+from kilolock.web.json_body import json_body_object, only_fields
 from kilolock.web.query import field_error, query_time, query_value
 from kilolock.web.request import client_address
 
@@ -130,19 +130,8 @@ async def json_object(request: Request, reactor: Any, allowed: dict[str, bool]) 
     @raise InvalidField: naming the body, or the member at fault.
     @raise InvalidText: a text rule is broken (naming the member at fault).
     """
-    raw = await read_body(request, reactor)
-    if len(raw) > MAX_CONTROL_BODY_BYTES:
-        raise InvalidField("body", f"the body is larger than {MAX_CONTROL_BODY_BYTES} bytes")
-    try:
-        document = load_json(raw, "the body", "body")
-    except NotJSON:
-        raise InvalidField("body", "the body must be a JSON object") from None
-    if not isinstance(document, dict):
-        raise InvalidField("body", "the body must be a JSON object")
-    for name in document:
-        if name not in allowed:
-            raise InvalidField(name, f"unknown field {name!r}; expected: "
-                                     + ", ".join(sorted(allowed)))
+    document = json_body_object(await read_body(request, reactor), MAX_CONTROL_BODY_BYTES)
+    only_fields(document, allowed)
     for name, required in allowed.items():
         if required and name not in document:
             raise InvalidField(name, f"the field {name!r} is required")

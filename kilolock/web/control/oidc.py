@@ -20,15 +20,15 @@ from typing import Any
 
 from twisted.web.server import Request
 
-from kilolock.errors import InvalidField, InvalidOidcPolicy, OidcPolicyNotFound
+from kilolock.errors import InvalidOidcPolicy, OidcPolicyNotFound
 from kilolock.model import OidcPolicyRecord, rfc3339
 from kilolock.oidc.validation import PolicyError, validate_policy
-from kilolock.text_rules import NotJSON, load_json
 from kilolock.web._base import Response, render_async
 from kilolock.web.body import read_body
 from kilolock.web.control import MAX_CONTROL_BODY_BYTES
 from kilolock.web.control.api import ControlResource
 from kilolock.web.documents import json_response
+from kilolock.web.json_body import json_body_object
 
 NO_POLICY = "the tenant has no OIDC policy (it accepts no CI token)"
 
@@ -40,14 +40,7 @@ def canonical_policy(body: bytes) -> str:
     @raise InvalidText: it breaks a text rule (L{kilolock.text_rules}).
     @raise InvalidOidcPolicy: the document breaks the policy's rules.
     """
-    if len(body) > MAX_CONTROL_BODY_BYTES:
-        raise InvalidField("body", f"the body is larger than {MAX_CONTROL_BODY_BYTES} bytes")
-    try:
-        document = load_json(body, "the body", "body")
-    except NotJSON:
-        raise InvalidField("body", "the body must be a JSON object: the OIDC policy") from None
-    if not isinstance(document, dict):
-        raise InvalidField("body", "the body must be a JSON object: the OIDC policy")
+    document = json_body_object(body, MAX_CONTROL_BODY_BYTES, ": the OIDC policy")
     try:
         policy = validate_policy(document, allow_local_files=False)
     except PolicyError as error:

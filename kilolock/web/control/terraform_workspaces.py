@@ -30,6 +30,7 @@ from kilolock.web.body import read_body
 from kilolock.web.control import MAX_CONTROL_BODY_BYTES
 from kilolock.web.control.api import ControlResource, query_text
 from kilolock.web.documents import json_response
+from kilolock.web.json_body import only_fields
 
 _FIELDS = {"name", "environment", "workspace", "tags"}
 
@@ -94,10 +95,7 @@ class TerraformWorkspacesResource(ControlResource):
             body = None
         if not isinstance(body, dict):
             raise InvalidField("body", "the body must be a JSON object")
-        for name in body:
-            if name not in _FIELDS:
-                raise InvalidField(name, f"unknown field {name!r}; expected: "
-                                         + ", ".join(sorted(_FIELDS)))
+        only_fields(body, _FIELDS)
         try:
             name = check_workspace_name(body.get("name"))
         except InvalidName as error:

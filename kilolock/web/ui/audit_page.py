@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attrs import evolve, frozen
+from attrs import define, evolve, frozen
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
@@ -115,12 +115,13 @@ def _moved(query: EventPageQuery, last: int) -> EventPageQuery:
     return evolve(query, after=last) if query.ascending else evolve(query, before=last)
 
 
+@define(slots=False, eq=False)
 class AuditView(Element):
-    def __init__(self, window: EventWindow, filters: dict[str, str], head: ChainHead) -> None:
-        super().__init__(loader=template("audit"))
-        self.window = window
-        self.filters = filters
-        self.head = head
+    loader = template("audit")
+
+    window: EventWindow
+    filters: dict[str, str]
+    head: ChainHead
 
     @renderer
     def page(self, request: Request, tag: Tag) -> Tag:

@@ -5,12 +5,13 @@ every failure into an HTML page (never JSON, never a traceback)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 from urllib.parse import quote
 
-from attrs import evolve, field, frozen
+from attrs import define, evolve, field, frozen
 from twisted.internet.defer import CancelledError
 from twisted.python.failure import Failure
 from twisted.python.filepath import FilePath
@@ -85,23 +86,24 @@ class SignInNeeded(Exception):
     """No live session: the browser is sent to the sign-in page."""
 
 
+@define(slots=False, eq=False)
 class Layout(Element):
     """The page around every page's content."""
 
-    def __init__(self, dashboard: Dashboard, viewer: Viewer | None, title: str,
-                 content: Any, section: str | None = None,
-                 heading: str | None = None) -> None:
-        super().__init__(loader=template("layout"))
-        self.heading = title if heading is None else heading
-        self.dashboard = dashboard
-        self.viewer = viewer
-        self.title = title
-        self.body = content
-        self.section = section
+    loader = template("layout")
+
+    dashboard: Dashboard
+    viewer: Viewer | None
+    title: str
+    body: Any
+    section: str | None = None
+    #: The page's heading (None: its title).
+    heading: str | None = None
 
     @renderer
     def page(self, request: Request, tag: Tag) -> Tag:
-        return tag.fillSlots(title=self.title, heading=self.heading)
+        return tag.fillSlots(title=self.title,
+                             heading=self.title if self.heading is None else self.heading)
 
     @renderer
     def stylesheet(self, request: Request, tag: Tag) -> Tag:
@@ -162,6 +164,26 @@ def fragment(name: str, **slots: Any) -> Tag:
     filled with C{slots} (escaped when rendered)."""
     tag = next(item for item in template(name).load() if isinstance(item, Tag))
     return tag.clone().fillSlots(**slots)
+
+
+def page_count(total: int, per: int) -> int:
+    """How many pages C{total} items take, C{per} a page (one when none)."""
+    return max(1, math.ceil(total / per))
+
+
+def pager(tag: Tag, current: int, pages: int, earlier: str, later: str,
+          href: Callable[[int], str]) -> Tag:
+    """C{tag} holding a listing's pager: "Page C{current} of C{pages}", after
+    a link to the page before (labelled C{earlier}) and before a link to the
+    page after (C{later}) where there are such pages; C{href(n)} is page
+    C{n}'s address."""
+    parts: list[Any] = []
+    if current > 1:
+        parts.append(tags.a(earlier, rel="prev", href=href(current - 1)))
+    parts.append(tags.span(f"Page {current} of {pages}"))
+    if current < pages:
+        parts.append(tags.a(later, rel="next", href=href(current + 1)))
+    return tag(parts)
 
 
 def error_content(message: str) -> Tag:

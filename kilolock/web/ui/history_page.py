@@ -5,9 +5,9 @@ shown side by side), and the download of a version."""
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
+from attrs import define
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
@@ -19,7 +19,7 @@ from kilolock.statediff import diff_states
 from kilolock.web._base import Response
 from kilolock.web.body import in_thread_if_large
 from kilolock.web.ui import BASE_PATH, format
-from kilolock.web.ui.base import Viewer, render_page, template
+from kilolock.web.ui.base import Viewer, page_count, pager, render_page, template
 from kilolock.web.ui.headers import SECURITY_HEADERS
 from kilolock.web.ui.params import number, state_url, with_query
 from kilolock.web.ui.secrets import sensitive_values, shows_secret
@@ -76,16 +76,15 @@ def is_replacement(change: dict[str, Any]) -> bool:
     return any(item.get("path") == "id" for item in change["changes"])
 
 
+@define(slots=False, eq=False)
 class HistoryView(Element):
-    def __init__(self, key: StateKey, versions: list[StateVersion],
-                 page: int, changes: dict[int, tuple[int, int, int] | None],
-                 by_version: dict[tuple[int, str | None], AuditEvent]) -> None:
-        super().__init__(loader=template("history"))
-        self.key = key
-        self.versions = versions
-        self.current_page = page
-        self.changes = changes
-        self.by_version = by_version
+    loader = template("history")
+
+    key: StateKey
+    versions: list[StateVersion]
+    current_page: int
+    changes: dict[int, tuple[int, int, int] | None]
+    by_version: dict[tuple[int, str | None], AuditEvent]
 
     @renderer
     def page(self, request: Request, tag: Tag) -> Tag:
@@ -141,17 +140,10 @@ class HistoryView(Element):
 
     @renderer
     def pager(self, request: Request, tag: Tag) -> Tag:
-        pages = max(1, math.ceil(len(self.versions) / HISTORY_PAGE))
         url = state_url(self.key.path, "history")
-        parts: list[Any] = []
-        if self.current_page > 1:
-            parts.append(tags.a("Newer versions", rel="prev",
-                                href=with_query(url, {"page": self.current_page - 1})))
-        parts.append(tags.span(f"Page {self.current_page} of {pages}"))
-        if self.current_page < pages:
-            parts.append(tags.a("Older versions", rel="next",
-                                href=with_query(url, {"page": self.current_page + 1})))
-        return tag(parts)
+        return pager(tag, self.current_page, page_count(len(self.versions), HISTORY_PAGE),
+                     "Newer versions", "Older versions",
+                     lambda page: with_query(url, {"page": page}))
 
 
 class HistoryPage(StatePart):
@@ -163,7 +155,7 @@ class HistoryPage(StatePart):
         key = self.key(request, viewer)
         await self.summary(key)
         versions = await self.lane.store.list_versions(key)
-        page = number(request, "page", 1, max(1, math.ceil(len(versions) / HISTORY_PAGE)))
+        page = number(request, "page", 1, page_count(len(versions), HISTORY_PAGE))
         newest = versions[::-1][(page - 1) * HISTORY_PAGE:page * HISTORY_PAGE]
         by_number = {version.number: version for version in versions}
         changes: dict[int, tuple[int, int, int] | None] = {}
@@ -209,16 +201,16 @@ def value_text(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
+@define(slots=False, eq=False)
 class DiffView(Element):
-    def __init__(self, key: StateKey, diff: dict[str, Any], since: int, to: int,
-                 summary: str, secrets: frozenset[str] = frozenset()) -> None:
-        super().__init__(loader=template("diff"))
-        self.secrets = secrets
-        self.key = key
-        self.diff = diff
-        self.since = since
-        self.to = to
-        self.summary = summary
+    loader = template("diff")
+
+    key: StateKey
+    diff: dict[str, Any]
+    since: int
+    to: int
+    summary: str
+    secrets: frozenset[str] = frozenset()
 
     @renderer
     def page(self, request: Request, tag: Tag) -> Tag:

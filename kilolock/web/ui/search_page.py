@@ -4,6 +4,7 @@ query (the same search as C{/v1/native/resources})."""
 
 from __future__ import annotations
 
+from attrs import define
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
@@ -19,11 +20,12 @@ from kilolock.web.ui.params import state_url, text
 SEARCH_LIMIT = 200
 
 
+@define(slots=False, eq=False)
 class SearchView(Element):
-    def __init__(self, fields: dict[str, str], matches: list[ResourceMatch] | None) -> None:
-        super().__init__(loader=template("search"))
-        self.fields = fields
-        self.matches = matches
+    loader = template("search")
+
+    fields: dict[str, str]
+    matches: list[ResourceMatch] | None
 
     @renderer
     def page(self, request: Request, tag: Tag) -> Tag:

@@ -7,7 +7,7 @@ request (L{kilolock.auth.authenticate}); the browser then gets a session
 
 from __future__ import annotations
 
-from attrs import evolve
+from attrs import define, evolve
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
@@ -33,11 +33,12 @@ def safe_next(value: str) -> str:
     return BASE_PATH + "/"
 
 
+@define(slots=False, eq=False)
 class SignInForm(Element):
-    def __init__(self, next_path: str, problem: str | None) -> None:
-        super().__init__(loader=template("signin"))
-        self.next_path = next_path
-        self.problem_text = problem
+    loader = template("signin")
+
+    next_path: str
+    problem_text: str | None
 
     @renderer
     def page(self, request: Request, tag: Tag) -> Tag:

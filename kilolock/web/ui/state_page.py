@@ -4,10 +4,10 @@ dependency graph, and the blocks to use it from Terraform."""
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Any
 
+from attrs import define, field
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
@@ -17,7 +17,7 @@ from kilolock.model import AuditEvent, Projection, ResourceRow, StateKey, StateS
 from kilolock.web._base import Response
 from kilolock.web.ui import BASE_PATH, format
 from kilolock.web.ui.backend_blocks import base_url, cloud_block, http_backend_block
-from kilolock.web.ui.base import Viewer, render_page, template
+from kilolock.web.ui.base import Viewer, page_count, pager, render_page, template
 from kilolock.web.ui.graph import build_graph, draw
 from kilolock.web.ui.history_page import DiffPage, HistoryPage, VersionsFolder, last_writer
 from kilolock.web.ui.params import number, state_url, text, with_query
@@ -48,25 +48,30 @@ def matching(rows: tuple[ResourceRow, ...], wanted: dict[str, str]) -> list[Reso
             and (not wanted["provider"] or row.provider == wanted["provider"])]
 
 
+@define(slots=False, eq=False)
 class StateView(Element):
     """The sections of a state's page."""
 
-    def __init__(self, summary: StateSummary, projection: Projection | None,
-                 wanted: dict[str, str], page: int, blocks: list[tuple[str, str]],
-                 can_unlock: bool, now: datetime, writer: AuditEvent | None) -> None:
-        super().__init__(loader=template("state"))
-        self.state = summary
-        self.projection = projection
-        self.wanted = wanted
-        self.current_page = page
-        self.blocks_ = blocks
-        self.can_unlock = can_unlock
-        self.now = now
-        self.writer = writer
-        version = format.detail_of(writer).get("terraform_version")
+    loader = template("state")
+
+    state: StateSummary
+    projection: Projection | None
+    wanted: dict[str, str]
+    current_page: int
+    blocks_: list[tuple[str, str]]
+    can_unlock: bool
+    now: datetime
+    writer: AuditEvent | None
+    #: The Terraform version that wrote the state, when its event says.
+    terraform_version: str | None = field(init=False)
+    #: The resources the filter in C{wanted} lets through.
+    found: list[ResourceRow] = field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        version = format.detail_of(self.writer).get("terraform_version")
         self.terraform_version = version if isinstance(version, str) else None
-        rows = projection.resources if projection is not None else ()
-        self.found = matching(rows, wanted)
+        rows = self.projection.resources if self.projection is not None else ()
+        self.found = matching(rows, self.wanted)
 
     @property
     def path(self) -> str:
@@ -173,17 +178,9 @@ class StateView(Element):
 
     @renderer
     def resource_pager(self, request: Request, tag: Tag) -> Tag:
-        pages = max(1, math.ceil(len(self.found) / RESOURCE_PAGE))
-        parts: list[Any] = []
-        link = {**self.wanted}
-        if self.current_page > 1:
-            parts.append(tags.a("Previous resources", rel="prev", href=with_query(
-                state_url(self.path), {**link, "page": self.current_page - 1})))
-        parts.append(tags.span(f"Page {self.current_page} of {pages}"))
-        if self.current_page < pages:
-            parts.append(tags.a("Next resources", rel="next", href=with_query(
-                state_url(self.path), {**link, "page": self.current_page + 1})))
-        return tag(parts)
+        return pager(tag, self.current_page, page_count(len(self.found), RESOURCE_PAGE),
+                     "Previous resources", "Next resources",
+                     lambda page: with_query(state_url(self.path), {**self.wanted, "page": page}))
 
     @renderer
     def outputs(self, request: Request, tag: Tag) -> Tag:

@@ -3,10 +3,10 @@ time, filtered by name and sorted, from the store's paged listing."""
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Any
 
+from attrs import define
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
@@ -16,7 +16,7 @@ from kilolock.scope import scope_prefix
 from kilolock.state_listing import MAX_PAGE
 from kilolock.web._base import Response
 from kilolock.web.ui import BASE_PATH, format
-from kilolock.web.ui.base import UiResource, Viewer, render_page, template
+from kilolock.web.ui.base import UiResource, Viewer, page_count, pager, render_page, template
 from kilolock.web.ui.params import choice, number, state_url, text, with_query
 
 SORT_LABELS = {"name": "Name", "updated": "Last change", "serial": "Serial",
@@ -45,19 +45,19 @@ def options(selected: str, values: dict[str, str]) -> list[Tag]:
     return found
 
 
+@define(slots=False, eq=False)
 class StatesView(Element):
     """The filter form, the table and the pager of one listing page."""
 
-    def __init__(self, listing: StatePage, query: StateListQuery, q: str, per: int,
-                 names: dict[str, str], hosted: bool, now: datetime) -> None:
-        super().__init__(loader=template("states"))
-        self.listing = listing
-        self.query = query
-        self.q = q
-        self.per = per
-        self.names = names
-        self.hosted = hosted
-        self.now = now
+    loader = template("states")
+
+    listing: StatePage
+    query: StateListQuery
+    q: str
+    per: int
+    names: dict[str, str]
+    hosted: bool
+    now: datetime
 
     def link(self, **changes: Any) -> str:
         parameters = {"q": self.q, "sort": self.query.sort,
@@ -177,15 +177,9 @@ class StatesView(Element):
 
     @renderer
     def pager(self, request: Request, tag: Tag) -> Tag:
-        pages = max(1, math.ceil(self.listing.total / self.query.limit))
-        current = self.query.offset // self.query.limit + 1
-        parts: list[Any] = []
-        if current > 1:
-            parts.append(tags.a("Previous page", href=self.link(page=current - 1), rel="prev"))
-        parts.append(tags.span(f"Page {current} of {pages}"))
-        if current < pages:
-            parts.append(tags.a("Next page", href=self.link(page=current + 1), rel="next"))
-        return tag(parts)
+        return pager(tag, self.query.offset // self.query.limit + 1,
+                     page_count(self.listing.total, self.query.limit),
+                     "Previous page", "Next page", lambda page: self.link(page=page))
 
 
 class StatesPage(UiResource):

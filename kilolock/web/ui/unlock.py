@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from attrs import define
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer
 
@@ -40,11 +41,12 @@ def check_form_post(request: Request, viewer: Viewer) -> dict[str, str]:
     return fields
 
 
+@define(slots=False, eq=False)
 class UnlockConfirmation(Element):
-    def __init__(self, slots: dict[str, str], state_link: str) -> None:
-        super().__init__(loader=template("unlock"))
-        self.slots = slots
-        self.state_link = state_link
+    loader = template("unlock")
+
+    slots: dict[str, str]
+    state_link: str
 
     @renderer
     def page(self, request: Request, tag: Tag) -> Tag:
