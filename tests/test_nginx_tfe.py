@@ -202,6 +202,19 @@ def test_cloud_block_through_nginx_terminating_tls(
     assert len(exchanges) > 30
     assert {exchange.header("X-Forwarded-Proto") for exchange in exchanges} == {"https"}
     assert {exchange.header("Host") for exchange in exchanges} == {host}
+    # The URLs as Kilolock handed them out: nginx's https origin.
+    announced = [json.loads(exchange.response_body)["data"]["attributes"]
+                 for exchange in exchanges if exchange.method == "POST"
+                 and exchange.path.endswith("/state-versions")]
+    assert len(announced) == 2
+    for attributes in announced:
+        for name in ("hosted-state-upload-url", "hosted-json-state-upload-url"):
+            assert attributes[name].startswith(f"https://{host}{UPLOADS}"), attributes[name]
+    current = [json.loads(exchange.response_body)["data"]["attributes"]
+               for exchange in exchanges if exchange.path.endswith("/current-state-version")
+               and exchange.status == 200]
+    assert current and all(attributes["hosted-state-download-url"].startswith(
+        f"https://{host}/api/v2/") for attributes in current)
     puts = [exchange for exchange in exchanges if exchange.method == "PUT"]
     assert len(puts) == 4 and all(exchange.header("Authorization") is None
                                   for exchange in puts)
