@@ -28,6 +28,7 @@ from kilolock.stateops.runner import (
     OperationRunner,
     operation_lock,
 )
+from kilolock.tfe.locks import lane_of
 from kilolock.tfstate import parse_state
 
 
@@ -154,9 +155,29 @@ def test_an_operation_lock_refuses_terraform_with_a_printable_lockinfo(
     assert info.created is not None and json.loads(refused.body)["Created"].endswith("Z")
     assert info.id == operation["locks"][0]["lockId"]
     assert site.put_state("mono", state_body(99)).status == 423
+    view = site.request("GET", f"{NATIVE}/states/mono/-/lock").json()
+    assert (view["lock"]["lane"], view["lock"]["id"]) == ("operation", info.id)
     site.holds.release()
     assert site.read_operation(operation["id"])["status"] == "succeeded"
     assert site.lock("mono", lock_body("terraform")).status == 200
+    view = site.request("GET", f"{NATIVE}/states/mono/-/lock").json()
+    assert view["lock"]["lane"] == "http"
+
+
+@pytest.mark.parametrize(("operation", "lane"), [
+    ("kl state mv (op_5d0c2a7f1e9b4c3d2a1b0c9d)", "operation"),
+    ("kl state import (op_00ff)", "operation"),
+    ("locked through the TFE lane", "tfe"),
+    ("OperationTypeApply", "http"),
+    ("kl state mv (op_5d0c) and more", "http"),
+    ("kl state mv (op_XYZ)", "http"),
+    ("", "http"),
+])
+def test_which_lane_took_a_lock(operation: str, lane: str) -> None:
+    """An operation's lock is told apart by its exact Operation; a
+    Terraform LockInfo that only looks like one is Terraform's."""
+    info = LockInfo.from_bytes(json.dumps({"ID": "x", "Operation": operation}).encode())
+    assert lane_of(info) == lane
 
 
 def test_cancelling_before_the_write_leaves_no_version(site: NativeSite) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Mapping
 from datetime import datetime
@@ -140,3 +141,13 @@ class StateWrite:
     upload: StateUpload
     lock_id: str | None
     event_detail: Mapping[str, Any] = field(factory=dict)
+
+
+#: The C{Operation} of the lock a state operation takes: how the lanes'
+#: lock views recognise it (L{kilolock.tfe.locks.lane_of}).
+OPERATION_LOCK = re.compile(r"kl state [a-z]+ \(op_[0-9a-f]+\)")
+
+
+def operation_lock_operation(kind: str, operation_id: str) -> str:
+    """The C{Operation} of an operation's lock: C{kl state mv (op_...)}."""
+    return f"kl state {kind} ({operation_id})"

@@ -72,6 +72,7 @@ from kilolock.stateops.model import (
     Owner,
     StateWrite,
     new_operation_id,
+    operation_lock_operation,
 )
 from kilolock.stateops.plans import Planned
 from kilolock.tfstate import parse_state
@@ -121,7 +122,7 @@ def operation_lock(operation_id: str, kind: str, principal: Principal,
     naming the operation."""
     raw = json.dumps({
         "ID": str(uuid.uuid4()),
-        "Operation": f"kl state {kind} ({operation_id})",
+        "Operation": operation_lock_operation(kind, operation_id),
         "Info": f"Kilolock operation {operation_id}: GET /v1/native/operations/{operation_id}",
         "Who": f"{principal.name}@kilolock",
         "Version": kilolock.__version__,

@@ -22,6 +22,7 @@ from datetime import datetime
 
 import kilolock
 from kilolock.model import HeldLock, LockInfo, Principal, rfc3339
+from kilolock.stateops.model import OPERATION_LOCK
 from kilolock.text_rules import clean_text
 
 #: The C{Operation} of every TFE-lane lock: how the lane recognises its locks.
@@ -29,6 +30,7 @@ TFE_OPERATION = "locked through the TFE lane"
 #: The lanes C{kl lock status} tells apart.
 TFE_LANE = "tfe"
 HTTP_LANE = "http"
+OPERATION_LANE = "operation"
 #: The longest lock reason kept in the LockInfo.
 MAX_REASON = 200
 
@@ -55,8 +57,13 @@ def tfe_lock_info(principal: Principal, path: str, reason: str, now: datetime) -
 
 
 def lane_of(info: LockInfo) -> str:
-    """Which lane took a lock: L{TFE_LANE} or L{HTTP_LANE}."""
-    return TFE_LANE if info.operation == TFE_OPERATION else HTTP_LANE
+    """Which lane took a lock: L{TFE_LANE}, L{OPERATION_LANE} (a state
+    operation of the native lane) or L{HTTP_LANE}."""
+    if info.operation == TFE_OPERATION:
+        return TFE_LANE
+    if info.operation is not None and OPERATION_LOCK.fullmatch(info.operation):
+        return OPERATION_LANE
+    return HTTP_LANE
 
 
 def owns(held: HeldLock | None, principal: Principal) -> bool:

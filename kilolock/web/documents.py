@@ -49,7 +49,8 @@ def lock_document(lock: HeldLock, now: datetime) -> dict[str, Any]:
         "acquiredAt": rfc3339(lock.acquired_at),
         "ageSeconds": max(0, int((now - lock.acquired_at).total_seconds())),
         "principal": lock.principal,
-        # Which lane took it: "http" (a LOCK) or "tfe" (actions/lock).
+        # Which lane took it: "http" (a LOCK), "tfe" (actions/lock) or
+        # "operation" (a state operation of the native lane).
         "lane": lane_of(lock.info),
         "info": info,
     }

@@ -66,7 +66,9 @@ def _print_lock(out: Output, document: Any) -> None:
     out.line(f"{document['state']} is locked")
     out.fields([("who", lock.get("who") or "-"), ("operation", lock.get("operation")),
                 ("lane", {"tfe": "TFE (cloud block, actions/lock)",
-                          "http": "HTTP backend (LOCK)"}.get(lock.get("lane"), "-")),
+                          "http": "HTTP backend (LOCK)",
+                          "operation": "state operation (native lane)"}.get(lock.get("lane"),
+                                                                            "-")),
                 ("since", format_time(lock.get("acquiredAt"))),
                 ("age", format_age(lock.get("ageSeconds", 0))), ("lock ID", lock.get("id")),
                 ("principal", lock.get("principal"))], indent="  ")
