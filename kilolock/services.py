@@ -31,7 +31,8 @@ CLOSE_GRACE = 5.0
 
 class StoreService(Service):
     """Starts the store with the application and stops it last; C{background}
-    (work on the store: pruning) starts after it and stops before it."""
+    (work on the store: pruning, the sweep of abandoned operations) starts
+    after it and stops before it."""
 
     def __init__(self, store: IStateStore, background: IService | None = None) -> None:
         self.store = store

@@ -42,6 +42,7 @@ from kilolock.oidc_settings import check_oidc_settings, oidc_policy_source
 from kilolock.retention import MAX_DAYS, MAX_VERSIONS, RetentionPolicy
 from kilolock.services import KilolockService, ListeningEndpoint, StoreService, keeping_port
 from kilolock.stateops.runner import OperationRunner, pause_while_file_exists
+from kilolock.stateops.sweeper import OperationSweeper
 from kilolock.store.memory import MemoryStateStore
 from kilolock.tls import check_client_ca, mtls_service
 from kilolock.web.body import DEFAULT_MAX_BODY_BYTES
@@ -437,6 +438,7 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
         store = build_store(settings, reactor)
     portal = build_portal_for(settings, store, reactor)
     metrics = Metrics.create()
+    native = native_options(settings, store, reactor)
     site = KilolockSite(
         build_root(store, portal, reactor, metrics=metrics, auth_mode=settings.auth_mode,
                    ui=None if settings.ui == "off" else UiOptions(
@@ -446,7 +448,7 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
                    public_url=settings.public_url,
                    retention=RetentionPolicy(settings.retention_versions,
                                              settings.retention_days),
-                   native=native_options(settings, store, reactor)),
+                   native=native),
         max_body_bytes=settings.max_body_bytes,
         request_timeout=settings.request_timeout,
         trusted_proxies=parse_networks(settings.trusted_proxies),
@@ -467,10 +469,15 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
                                  refusals=metrics.refusals)
         sites.append(hosted.control_site)
         web = hosted
+    background = MultiService()
     pruning = retention_service(store, settings.retention_versions, settings.retention_days,
                                 settings.retention_interval, reactor, metrics)
-    return KilolockService(StoreService(store, pruning), web, site, settings.shutdown_grace,
-                           reactor, sites=sites, listening=listening)
+    sweeper = None if native.runner is None else OperationSweeper(native.runner, reactor)
+    for part in (pruning, sweeper):
+        if part is not None:
+            part.setServiceParent(background)
+    return KilolockService(StoreService(store, background), web, site,
+                           settings.shutdown_grace, reactor, sites=sites, listening=listening)
 
 
 def makeService(options: Mapping[str, Any], reactor: Any = None) -> KilolockService:

@@ -156,7 +156,7 @@ def test_the_server_runs_the_service_with_its_settings() -> None:
                                       "retention-days": "28", "retention-interval": "30"},
                                      environ={})
     service = make_service_from_settings(settings, reactor=Clock())
-    pruning = service.store_service.background
+    pruning = service.store_service.background.getServiceNamed("retention")
     assert isinstance(pruning, RetentionService)
     assert (pruning.policy, pruning.interval) == (RetentionPolicy(128, 28), 30.0)
 
