@@ -1,0 +1,40 @@
+-- Kilolock schema version 11: the projection tables (resources,
+-- resource_dependencies, outputs) without foreign keys; a state's projection
+-- rows are deleted with the state by a trigger instead.
+--
+-- Applied by kilolock.store.schema.ensure_schema(); never edit a released
+-- file: add the next numbered one.
+
+-- A foreign key checks every inserted row with a query of its own, locking
+-- the state's and the version's rows: 100,000 checks for a state of 50,000
+-- resources written with COPY (about a second of the write), one or two per
+-- changed resource of a small write.  The projection rows are written only
+-- by Kilolock's own write transactions, which hold the state's row and have
+-- just inserted the version they name; nothing else inserts them.  What the
+-- keys did besides checking -- deleting a state's rows with the state
+-- (ON DELETE CASCADE) -- the trigger below does.  Versions are deleted only
+-- with their state (retention and purges keep a tombstone row), so the
+-- version keys had nothing else to do.
+ALTER TABLE resources
+    DROP CONSTRAINT resources_state_id_fkey,
+    DROP CONSTRAINT resources_version_id_fkey;
+ALTER TABLE resource_dependencies
+    DROP CONSTRAINT resource_dependencies_state_id_fkey,
+    DROP CONSTRAINT resource_dependencies_version_id_fkey;
+ALTER TABLE outputs
+    DROP CONSTRAINT outputs_state_id_fkey,
+    DROP CONSTRAINT outputs_version_id_fkey;
+
+-- Rows of states deleted earlier cannot exist (the keys cascaded until now).
+CREATE FUNCTION kl_drop_projection_of_state() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM resources WHERE state_id = OLD.id;
+    DELETE FROM resource_dependencies WHERE state_id = OLD.id;
+    DELETE FROM outputs WHERE state_id = OLD.id;
+    RETURN OLD;
+END
+$$;
+
+CREATE TRIGGER states_drop_projection AFTER DELETE ON states
+    FOR EACH ROW EXECUTE FUNCTION kl_drop_projection_of_state();
