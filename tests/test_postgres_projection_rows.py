@@ -45,7 +45,7 @@ def _query(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, 
 
 def _rows_per_table(dsn: str) -> dict[str, int]:
     """How many projection rows each table holds, all states together."""
-    return {table: _query(dsn, f"SELECT count(*) FROM {table}")[0][0]  # noqa: S608
+    return {table: _query(dsn, f"SELECT count(*) FROM {table}")[0][0]
             for table in TABLES}
 
 
