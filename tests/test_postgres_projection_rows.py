@@ -1,7 +1,7 @@
-"""The projection tables of the PostgreSQL store carry no foreign keys
-(schema version 11: each key checked every inserted row); a state's
-projection rows go with the state, by a trigger, on every path that deletes
-states."""
+"""Schema version 11: the projection tables of the PostgreSQL store carry
+no foreign keys (each key checked every inserted row); a state's projection
+rows go with the state, by a trigger, on every path that deletes states; the
+index of versions by sha256 is a hash index."""
 
 from __future__ import annotations
 
@@ -98,3 +98,11 @@ async def test_deleting_many_states_at_once_deletes_all_their_rows(store: Any,
     assert _rows_per_table(postgres_dsn) == dict.fromkeys(TABLES, 3)
     _query(postgres_dsn, "DELETE FROM states WHERE tenant_id = %s", (DEFAULT_TENANT,))
     assert _rows_per_table(postgres_dsn) == dict.fromkeys(TABLES, 0)
+
+
+def test_versions_are_indexed_by_sha256_with_a_hash_index(postgres_dsn: str) -> None:
+    """Schema version 11: the blobs lookup's index stores hashes, not keys."""
+    found = _query(postgres_dsn,
+                   "SELECT am.amname FROM pg_class c JOIN pg_am am ON am.oid = c.relam"
+                   " WHERE c.relname = 'state_versions_sha256'")
+    assert found == [("hash",)]
