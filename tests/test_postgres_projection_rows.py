@@ -1,7 +1,7 @@
 """Schema version 11: the projection tables of the PostgreSQL store carry
 no foreign keys (each key checked every inserted row); a state's projection
 rows go with the state, by a trigger, on every path that deletes states; the
-index of versions by sha256 is a hash index."""
+index of versions by sha256 is a hash index; events have no id column."""
 
 from __future__ import annotations
 
@@ -106,3 +106,16 @@ def test_versions_are_indexed_by_sha256_with_a_hash_index(postgres_dsn: str) -> 
                    "SELECT am.amname FROM pg_class c JOIN pg_am am ON am.oid = c.relam"
                    " WHERE c.relname = 'state_versions_sha256'")
     assert found == [("hash",)]
+
+
+def test_events_have_no_id_and_are_identified_by_tenant_and_seq(postgres_dsn: str) -> None:
+    """Schema version 11: the unused events.id is gone; (tenant_id, seq)
+    stays unique and identifies a row for replication."""
+    columns = _query(postgres_dsn, "SELECT column_name FROM information_schema.columns"
+                                   " WHERE table_name = 'events' AND column_name = 'id'")
+    assert columns == []
+    identity = _query(postgres_dsn, "SELECT c.relname FROM pg_index i"
+                                    " JOIN pg_class c ON c.oid = i.indexrelid"
+                                    " WHERE i.indrelid = 'events'::regclass"
+                                    " AND i.indisreplident AND i.indisunique")
+    assert identity == [("events_tenant_seq",)]
