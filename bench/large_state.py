@@ -9,7 +9,9 @@ selected in one transaction with psycopg 3 binary parameters.
     python bench/large_state.py [--resources 50000] [--servers memory,postgres] [--rounds 3]
 
 C{--servers postgres,postgres-encrypted} compares encryption at rest off
-and on in the same run (rounds alternate the two), with the median ratio.
+and on in the same run (rounds alternate the two), with the median ratio;
+C{--servers postgres-baseline,postgres} compares the code of another tree
+(C{KL_BENCH_BASELINE_TREE}, see C{servers.py}) with this one the same way.
 
 Each round starts fresh servers (so the peak RSS is that round's); with
 several rounds the medians are printed at the end.  The PostgreSQL is an
@@ -32,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from http_client import Connection
-from servers import ENCRYPTED, peak_rss_bytes, running
+from servers import BASELINE, ENCRYPTED, peak_rss_bytes, running
 
 PROVIDER = 'provider["registry.terraform.io/hashicorp/aws"]'
 
@@ -161,10 +163,11 @@ async def run_server(port: int, body: bytes, small: bytes) -> dict[str, float]:
 
 
 def report(kind: str, result: dict[str, float], insert: float, select: float,
-           size: int) -> None:
+           size: int, copy: tuple[float, float]) -> None:
     print(f"{kind}: POST {result['post_s']:.2f} s ({result['post_s'] / insert:.2f}x insert"
-          f" floor), GET {result['get_s']:.2f} s ({result['get_s'] / select:.2f}x select"
-          f" floor), identical={bool(result['identical'])}, peak RSS"
+          f" floor, {result['post_s'] / copy[0]:.2f}x COPY), GET {result['get_s']:.2f} s"
+          f" ({result['get_s'] / select:.2f}x select floor, {result['get_s'] / copy[1]:.2f}x"
+          f" COPY), identical={bool(result['identical'])}, peak RSS"
           f" {result['rss'] / 1e6:.0f} MB ({result['rss'] / size:.2f}x state), small GET p50"
           f" {result['small_p50_ms']:.1f} ms p99 {result['small_p99_ms']:.1f} ms max"
           f" {result['small_max_ms']:.1f} ms (n={int(result['small_n'])})", flush=True)
@@ -200,14 +203,14 @@ def main() -> None:
                 copy_floors.append(copy_floor_times(dsn, body))
                 print(f"reference (psycopg2, blocking, binary COPY): insert"
                       f" {copy_floors[-1][0]:.2f} s, select {copy_floors[-1][1]:.2f} s")
-                for kind in kinds:
-                    on_database = kind in ("postgres", ENCRYPTED)
+                for kind in kinds if round_index % 2 == 0 else kinds[::-1]:
+                    on_database = kind in ("postgres", ENCRYPTED, BASELINE)
                     extra = ["--database", dsn] if on_database else []
                     with running(kind, extra) as (port, pid):
                         result = asyncio.run(run_server(port, body, small))
                         result["rss"] = float(peak_rss_bytes(pid))
                     results[kind].append(result)
-                    report(kind, result, insert, select, size)
+                    report(kind, result, insert, select, size, copy_floors[-1])
                     if on_database:
                         empty_bench_database(dsn)
         finally:
@@ -217,19 +220,22 @@ def main() -> None:
         select = statistics.median(f[1] for f in floors)
         print(f"-- medians of {args.rounds} rounds")
         print(f"floor (psycopg 3, binary): insert {insert:.2f} s, select {select:.2f} s")
-        print(f"reference (psycopg2, blocking, binary COPY): insert"
-              f" {statistics.median(f[0] for f in copy_floors):.2f} s,"
-              f" select {statistics.median(f[1] for f in copy_floors):.2f} s")
+        copy = (statistics.median(f[0] for f in copy_floors),
+                statistics.median(f[1] for f in copy_floors))
+        print(f"reference (psycopg2, blocking, binary COPY): insert {copy[0]:.2f} s,"
+              f" select {copy[1]:.2f} s")
         for kind in kinds:
             median = {name: statistics.median(r[name] for r in results[kind])
                       for name in results[kind][0]}
             median["identical"] = float(all(r["identical"] for r in results[kind]))
-            report(kind, median, insert, select, size)
-    if "postgres" in kinds and ENCRYPTED in kinds:
+            report(kind, median, insert, select, size, copy)
+    for other in (ENCRYPTED, BASELINE):
+        if "postgres" not in kinds or other not in kinds:
+            continue
         for name in ("post_s", "get_s"):
-            ratios = [encrypted[name] / plain[name] for plain, encrypted
-                      in zip(results["postgres"], results[ENCRYPTED], strict=True)]
-            print(f"{ENCRYPTED}/postgres {name[:-2].upper()}: median ratio"
+            ratios = [theirs[name] / ours[name] for ours, theirs
+                      in zip(results["postgres"], results[other], strict=True)]
+            print(f"{other}/postgres {name[:-2].upper()}: median ratio"
                   f" {statistics.median(ratios):.2f} (rounds: "
                   + ", ".join(f"{ratio:.2f}" for ratio in ratios) + ")")
 

@@ -19,6 +19,11 @@ HERE = Path(__file__).resolve().parent
 
 #: Kilolock on PostgreSQL with encryption at rest (a key file of its own).
 ENCRYPTED = "postgres-encrypted"
+#: Kilolock on PostgreSQL run from another source tree (KL_BENCH_BASELINE_TREE,
+#: e.g. C{git archive main | tar -x -C DIR}; put first on PYTHONPATH): the code
+#: before a change, measured in the same run as the change.
+BASELINE = "postgres-baseline"
+BASELINE_TREE = os.environ.get("KL_BENCH_BASELINE_TREE", "")
 _KEY_FILES: list[str] = []
 
 
@@ -42,6 +47,10 @@ def store_and_args(kind: str, extra: list[str] | None) -> tuple[str, list[str]]:
     """The --store of a server kind, and its extra arguments."""
     if kind == ENCRYPTED:
         return "postgres", [*(extra or []), *encryption_args()]
+    if kind == BASELINE:
+        if not BASELINE_TREE:
+            raise SystemExit(f"{BASELINE} needs KL_BENCH_BASELINE_TREE (a source tree)")
+        return "postgres", list(extra or [])
     return kind, list(extra or [])
 
 
@@ -168,6 +177,8 @@ def running(kind: str, extra: list[str] | None = None) -> Iterator[tuple[int, in
     @return: (context value) the port and the server's pid.
     """
     port = free_port()
+    environment = ({**os.environ, "PYTHONPATH": BASELINE_TREE} if kind == BASELINE
+                   else None)
     kind, extra = store_and_args(kind, extra)
     with tempfile.TemporaryDirectory(prefix="kilolock-bench-") as scratch:
         if kind == "floor":
@@ -183,7 +194,7 @@ def running(kind: str, extra: list[str] | None = None) -> Iterator[tuple[int, in
             command += extra or []
             ready_path = "/healthz"
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, cwd=scratch)
+                                   stderr=subprocess.DEVNULL, cwd=scratch, env=environment)
         try:
             wait_ready(port, ready_path)
             if kind == "postgres":

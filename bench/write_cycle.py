@@ -25,6 +25,8 @@ tss; server CPU per cycle (the server processes, and PostgreSQL's) from
 C{--servers postgres,postgres-encrypted} compares encryption at rest off and
 on in the same run; with C{--interleave} both run at once, their rounds
 alternating, which is what to quote on a machine that other work disturbs.
+C{--servers postgres-baseline,postgres --interleave} compares the code of
+another tree (C{KL_BENCH_BASELINE_TREE}, see C{servers.py}) with this one.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import durable_floor
 from durable_floor import prepare_database
 from http_client import Connection
 from servers import (
+    BASELINE,
     ENCRYPTED,
     TSS_DIRECTORY,
     cluster_cpu,
@@ -296,7 +299,8 @@ def main() -> None:
                 interleaved(first, second, clients, args, template, cluster)
         return
     columns = [(server, count) for server in servers
-               for count in (process_counts if server in ("postgres", ENCRYPTED) else [1])]
+               for count in (process_counts if server in ("postgres", ENCRYPTED, BASELINE)
+                             else [1])]
     results: dict[tuple[str, int, int], dict[str, float]] = {}
     with postgres_cluster() as cluster:
         for server, processes in columns:
@@ -313,7 +317,8 @@ def print_tables(columns: list[tuple[str, int]], client_counts: list[int],
     """Markdown tables: cycles per second and the ratios, then CPU and p99."""
     names = [label(server, processes) for server, processes in columns]
     references = [name for name in ("floor", "durable", "tss") if name in names]
-    kilolocks = [column for column in columns if column[0] in ("memory", "postgres", ENCRYPTED)]
+    kilolocks = [column for column in columns
+                 if column[0] in ("memory", "postgres", ENCRYPTED, BASELINE)]
     ratio_names = [f"{label(*k)}/{r}" for k in kilolocks for r in references]
     print("| clients | " + " | ".join(names) + " | " + " | ".join(ratio_names) + " |")
     print("|---" * (1 + len(names) + len(ratio_names)) + "|")

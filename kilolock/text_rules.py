@@ -42,6 +42,7 @@ import re
 from typing import Any
 
 from kilolock.errors import InvalidText
+from kilolock.json_fast import UNDECIDED, fast_decode
 
 __all__ = [
     "INVALID_UNICODE",
@@ -239,8 +240,10 @@ def load_json(raw: bytes, what: str, field: str | None = None) -> Any:
     @raise InvalidText: a rule is broken (not UTF-8 included).
     """
     text = decode_utf8(raw, what, field)
+    document = fast_decode(raw)
     try:
-        document = _DECODER.decode(text)
+        if document is UNDECIDED:
+            document = _DECODER.decode(text)
     except _Constant as constant:
         raise InvalidText(NOT_FINITE, f"{what} holds {constant}, which is not a JSON number",
                           field) from None

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kilolock.errors import InvalidState, InvalidText
+from kilolock.json_fast import UNDECIDED, fast_decode
 from kilolock.model import ParsedState
 from kilolock.text_rules import MAX_JSON_DEPTH, TOO_DEEP, check_depth
 from kilolock.tfstate_json import clean_text, is_json_integer, json_kind
@@ -111,7 +112,9 @@ def _load(raw: bytes, streamed: StreamedResources | None = None) -> Any:
     try:
         if len(text) >= PIECEWISE_THRESHOLD:
             return _decode_piecewise(text, streamed)
-        doc = JSON_DECODER.decode(text)
+        doc = fast_decode(raw)
+        if doc is UNDECIDED:
+            doc = JSON_DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise InvalidState(
             f"the body is not valid JSON (error at line {exc.lineno}, column {exc.colno})"
