@@ -198,6 +198,24 @@ class IStateStore(Interface):
             genesis hash for a tenant without events)."""
 
 
+class IOverlappedWrites(Interface):
+    """A state store that can start writing a large upload while it is
+    still being parsed (see L{kilolock.upload_feed})."""
+
+    def write_state_overlapped(key: StateKey, feed: Any, lock_id: str | None,
+                               principal: Principal, event_kind: str = "state_write",
+                               detail_of: Any = None) -> Deferred[WriteOutcome]:
+        """L{IStateStore.write_state} of the upload C{feed} (an
+        L{kilolock.upload_feed.UploadFeed}) is parsing, C{detail_of(upload)}
+        adding to the event's detail.  The answers and their order are
+        those of the parse, then of C{write_state}: a body the parse refuses
+        is refused with the parse's error whatever the lock or the serial,
+        and nothing is stored.
+
+        @return: a Deferred firing with a L{WriteOutcome}.
+        """
+
+
 class ISessionStore(Interface):
     """The dashboard's browser sessions, kept where the states are, so every
     Kilolock process on one database knows them.  Both stores provide it."""

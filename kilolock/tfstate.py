@@ -62,12 +62,17 @@ def is_envelope(doc: dict[str, Any]) -> bool:
 # parse_state
 
 
-def parse_state(raw: bytes) -> ParsedState:
+def parse_state(raw: bytes, streamed: StreamedResources | None = None) -> ParsedState:
     """Validate a state body and read its serial, lineage and projection.
+
+    With C{streamed}, the resource rows of a large state are projected into
+    it as they are decoded (another thread may read them meanwhile: see
+    L{kilolock.upload_feed}).
 
     @raise InvalidState: the body is not a v4 state nor an encrypted envelope.
     """
-    streamed = StreamedResources()
+    if streamed is None:
+        streamed = StreamedResources()
     doc = _load(raw, streamed)
     if not isinstance(doc, dict):
         raise InvalidState(f"the body must be a JSON object, not {json_kind(doc)}")

@@ -28,6 +28,8 @@ from kilolock.text_rules import (
     load_json,
 )
 from kilolock.tfstate import parse_state
+from kilolock.tfstate_projection import StreamedResources
+from kilolock.upload_feed import UploadFeed
 from kilolock.web.request import DEFAULT_MAX_BODY_BYTES
 
 log = Logger()
@@ -38,7 +40,7 @@ T = TypeVar("T")
 THREAD_THRESHOLD = 256 * 1024
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "check_md5", "in_thread_if_large", "parse_upload",
-           "read_body", "unlock_lock_id", "verify_md5"]
+           "read_body", "start_upload_feed", "unlock_lock_id", "verify_md5"]
 
 
 def _read_all(content: IO[bytes]) -> bytes:
@@ -121,7 +123,8 @@ def _cyclic_gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def _prepare_large_upload(body: bytes, content_md5: bytes | None) -> StateUpload:
+def _prepare_large_upload(body: bytes, content_md5: bytes | None,
+                          streamed: StreamedResources | None = None) -> StateUpload:
     """L{prepare_upload} of a large body, its digests computed beside the
     parse: hashlib lets go of the GIL on large buffers, so the MD5 and
     SHA-256 of a 120 MB body (~0.4 s) cost no time on a second core.  The
@@ -139,7 +142,7 @@ def _prepare_large_upload(body: bytes, content_md5: bytes | None) -> StateUpload
     parsed: ParsedState | None = None
     try:
         with _cyclic_gc_paused():
-            parsed = parse_state(body) if body else None
+            parsed = parse_state(body, streamed) if body else None
     finally:
         worker.join()
         if content_md5 is not None:
@@ -160,6 +163,20 @@ async def parse_upload(request: Request, body: bytes, reactor: Any) -> StateUplo
         return prepare_upload(body, content_md5)
     return await deferToThreadPool(reactor, reactor.getThreadPool(), _prepare_large_upload,
                                    body, content_md5)
+
+
+def start_upload_feed(request: Request, body: bytes, reactor: Any) -> UploadFeed:
+    """Start L{prepare_upload} of a request's large body in a thread, its
+    rows fed to a store as they come (L{kilolock.upload_feed}); the answers
+    and their order are L{parse_upload}'s (its C{Content-MD5} checked first).
+
+    @return: the L{UploadFeed}, whose C{parsed()} fires with the upload."""
+    content_md5 = request.getHeader(b"Content-MD5")
+    feed = UploadFeed(len(body))
+    feed.watch(deferToThreadPool(reactor, reactor.getThreadPool(), feed.parse_with,
+                                 lambda streamed: _prepare_large_upload(body, content_md5,
+                                                                        streamed)))
+    return feed
 
 
 async def in_thread_if_large(reactor: Any, size: int, function: Callable[..., T],

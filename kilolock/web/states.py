@@ -29,16 +29,25 @@ still checked (a bad segment anywhere is a 400).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
 from kilolock.audit import client_version_detail
 from kilolock.errors import NotFound
-from kilolock.model import LockInfo
+from kilolock.interfaces import IOverlappedWrites
+from kilolock.model import LockInfo, StateUpload
 from kilolock.web._base import JSON, AsyncResource, Branch, Response, named_child, render_async
-from kilolock.web.body import check_md5, parse_upload, read_body, unlock_lock_id
+from kilolock.web.body import (
+    THREAD_THRESHOLD,
+    check_md5,
+    parse_upload,
+    read_body,
+    start_upload_feed,
+    unlock_lock_id,
+)
 from kilolock.web.lane import Finishing, StateLane
 from kilolock.web.paths import LOCK_SUFFIX
 from kilolock.web.query import query_id
@@ -48,6 +57,11 @@ NO_STATE = ("no such route: a state is addressed as /{name} or"
 
 #: Builds the resource of the state at some segments, in one of the two trees.
 StateFactory = Callable[[StateLane, tuple[str, ...]], Resource]
+
+
+def _client_detail(upload: StateUpload) -> Mapping[str, Any]:
+    """What a write's event says of the client that sent C{upload}."""
+    return client_version_detail(upload.parsed.terraform_version)
 
 
 def nothing_below() -> Resource:
@@ -120,10 +134,18 @@ class StateResource(_StateNode):
             request, self.segments, write=True,
             finishing=None if lock_id is None else Finishing(lock_id))
         body = await read_body(request, self.lane.reactor)
-        upload = await parse_upload(request, body, self.lane.reactor)
-        outcome = await self.lane.store.write_state(
-            key, upload, lock_id, principal,
-            event_detail=client_version_detail(upload.parsed.terraform_version))
+        store = self.lane.store
+        if (IOverlappedWrites.providedBy(store) and self.lane.reactor is not None
+                and len(body) >= THREAD_THRESHOLD):
+            # The store starts writing while the parse runs (the answers
+            # and their order are the same).
+            feed = start_upload_feed(request, body, self.lane.reactor)
+            outcome = await store.write_state_overlapped(key, feed, lock_id, principal,
+                                                         detail_of=_client_detail)
+        else:
+            upload = await parse_upload(request, body, self.lane.reactor)
+            outcome = await store.write_state(key, upload, lock_id, principal,
+                                              event_detail=_client_detail(upload))
         self.lane.count_write(outcome)
         return Response(200)
 

@@ -12,18 +12,21 @@ thread.  The thresholds are read when a call runs: tests lower them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from attrs import define
 
 from kilolock.atrest.stored import StoredPayload
-from kilolock.model import Projection, StateUpload, StateVersion
+from kilolock.model import Projection, ResourceRow, StateUpload, StateVersion
 from kilolock.store.postgres import statements
 from kilolock.store.postgres.blocking import binary_copy, text_copy
 from kilolock.store.postgres.codecs import jsonb_safe
 
 __all__ = ["LARGE_PROJECTION_ROWS", "LARGE_TRANSFER_BYTES", "LARGE_UPLOAD_BYTES", "BulkWrite",
-           "copy_projection_txn", "copy_version_txn", "read_payload_txn"]
+           "copy_dependencies_and_outputs", "copy_projection_txn", "copy_resources",
+           "copy_version_row", "copy_version_txn", "next_version_id_txn", "read_payload_txn"]
 
 #: Uploads at least this big are prepared for the database in a thread.
 LARGE_UPLOAD_BYTES = 1 << 20
@@ -58,14 +61,18 @@ class BulkWrite:
         return cls(stored, projection, len(projection.resources))
 
 
-async def copy_version_txn(cursor: Any, state_id: int, version: StateVersion,
-                           prepared: BulkWrite) -> int:
-    """Insert a version with a binary COPY (a blocking transaction's
-    cursor): the payload goes in as it is (a full snapshot: large states
-    are never deltas).  @return: the new row's id."""
+async def next_version_id_txn(cursor: Any, state_id: int, now: datetime) -> int:
+    """Touch the state's row and draw the id of its next version row."""
     await cursor.execute(statements.TOUCH_STATE_AND_NEXT_VERSION_ID,
-                         {"state": state_id, "now": version.created_at})
+                         {"state": state_id, "now": now})
     (version_id,) = cursor.fetchone()
+    return int(version_id)
+
+
+def copy_version_row(cursor: Any, version_id: int, state_id: int, version: StateVersion,
+                     prepared: BulkWrite) -> None:
+    """Insert version row C{version_id} with a binary COPY: the payload goes
+    in as it is (a full snapshot: large states are never deltas)."""
     cursor.copy_in(statements.COPY_VERSION, binary_copy([(
         ("int8", version_id), ("int8", state_id), ("int4", version.number),
         ("int8", version.serial), ("text", version.lineage), ("text", version.sha256),
@@ -75,23 +82,32 @@ async def copy_version_txn(cursor: Any, state_id: int, version: StateVersion,
         ("text", version.principal), ("bool", version.projected),
         ("int4", prepared.resource_count),
     )]))
-    return int(version_id)
 
 
-async def copy_projection_txn(cursor: Any, state_id: int, version_id: int,
-                              prepared: BulkWrite) -> None:
-    """Replace the state's projection rows with one COPY per table
-    (a blocking transaction's cursor); ordinals count from 1 like the
-    pool's statement's WITH ORDINALITY."""
-    await cursor.execute(statements.DROP_PROJECTION, {"state": state_id})
-    projection = prepared.projection
+async def copy_version_txn(cursor: Any, state_id: int, version: StateVersion,
+                           prepared: BulkWrite) -> int:
+    """Insert a version with a binary COPY (a blocking transaction's
+    cursor).  @return: the new row's id."""
+    version_id = await next_version_id_txn(cursor, state_id, version.created_at)
+    copy_version_row(cursor, version_id, state_id, version, prepared)
+    return version_id
+
+
+def copy_resources(cursor: Any, state_id: int, version_id: int,
+                   resources: Iterable[ResourceRow], first: int = 1) -> None:
+    """COPY resource rows, their ordinals counting from C{first}."""
     cursor.copy_in(
         statements.COPY_RESOURCES,
         text_copy((state_id, version_id, ordinal, row.address, row.module, row.mode, row.type,
                    row.name, row.provider,
                    None if row.index_key is None else jsonb_safe(row.index_key),
                    row.deposed, jsonb_safe(row.attributes))
-                  for ordinal, row in enumerate(projection.resources, 1)))
+                  for ordinal, row in enumerate(resources, first)))
+
+
+def copy_dependencies_and_outputs(cursor: Any, state_id: int, version_id: int,
+                                  projection: Projection) -> None:
+    """COPY the projection's dependency and output rows."""
     cursor.copy_in(
         statements.COPY_DEPENDENCIES,
         text_copy((state_id, version_id, ordinal, row.address, row.depends_on)
@@ -102,3 +118,13 @@ async def copy_projection_txn(cursor: Any, state_id: int, version_id: int,
                    None if row.type is None else jsonb_safe(row.type),
                    None if row.value is None else jsonb_safe(row.value), row.sensitive)
                   for ordinal, row in enumerate(projection.outputs, 1)))
+
+
+async def copy_projection_txn(cursor: Any, state_id: int, version_id: int,
+                              prepared: BulkWrite) -> None:
+    """Replace the state's projection rows with one COPY per table
+    (a blocking transaction's cursor); ordinals count from 1 like the
+    pool's statement's WITH ORDINALITY."""
+    await cursor.execute(statements.DROP_PROJECTION, {"state": state_id})
+    copy_resources(cursor, state_id, version_id, prepared.projection.resources)
+    copy_dependencies_and_outputs(cursor, state_id, version_id, prepared.projection)

@@ -52,6 +52,7 @@ from kilolock.model import (
     HeldLock,
     LockInfo,
     Principal,
+    Projection,
     StateKey,
     StateUpload,
     StateVersion,
@@ -68,8 +69,24 @@ from kilolock.store.postgres.events import (
 )
 from kilolock.store.postgres.payloads import SnapshotCache, write_columns
 from kilolock.store.postgres.runner import TransactionRunner
+from kilolock.upload_feed import UploadFeed
 
 __all__ = ["PostgresStates"]
+
+#: What the event of a write adds to its detail, given the parsed upload.
+DetailOf = Callable[[StateUpload], Mapping[str, Any]]
+
+
+def _detail(detail_of: DetailOf | None, upload: StateUpload) -> Mapping[str, Any]:
+    return {} if detail_of is None else detail_of(upload)
+
+
+class _Replayed(Exception):
+    """An overlapped write turned out to be a replay: roll back, answer it."""
+
+    def __init__(self, outcome: WriteOutcome) -> None:
+        super().__init__("a replay")
+        self.outcome = outcome
 
 #: Calls of a mutation's function before giving up (the facts can change
 #: between two calls when other clients act on the same state meanwhile).
@@ -243,6 +260,107 @@ class PostgresStates:
         detail = {**write_detail(version.number, version.size, principal), **(event_detail or {})}
         version_id = await large.copy_version_txn(cursor, state_id, version, prepared)
         await large.copy_projection_txn(cursor, state_id, version_id, prepared)
+        await append_event_txn(cursor, key.tenant, event_kind, principal.name, key.path,
+                               now, lock_id=lock_id, serial=serial, sha256=upload.sha256,
+                               detail=detail)
+        return WriteOutcome(version=version, created=True)
+
+    # -- a large write overlapped with its parse ---------------------------
+
+    def write_state_overlapped(self, key: StateKey, feed: UploadFeed, lock_id: str | None,
+                               principal: Principal, event_kind: str = STATE_WRITE,
+                               detail_of: DetailOf | None = None) -> Deferred[WriteOutcome]:
+        """L{write_state} of the upload C{feed} is still parsing, with the
+        same answers in the same order (see L{IOverlappedWrites}).  A state
+        of at least L{large.LARGE_TRANSFER_BYTES} is written by a blocking
+        transaction started at once: it locks the state's row and streams the
+        resource rows into the database as the parse produces them, then
+        decides as L{_large_write_txn} does; anything smaller waits for the
+        parse and takes L{write_state}.
+
+        @return: a Deferred firing with a L{WriteOutcome}; failing with the
+            parse's error first, then as L{write_state}."""
+
+        async def write() -> WriteOutcome:
+            if feed.size < large.LARGE_TRANSFER_BYTES:
+                upload = await feed.parsed()
+                return await self.write_state(key, upload, lock_id, principal, event_kind,
+                                              _detail(detail_of, upload))
+            try:
+                return await self._overlapped(key, feed, lock_id, principal, event_kind,
+                                              detail_of)
+            except BaseException:
+                feed.abandon()
+                await feed.parsed()  # the parse's error comes first
+                raise
+
+        return ensureDeferred(write())
+
+    async def _overlapped(self, key: StateKey, feed: UploadFeed, lock_id: str | None,
+                          principal: Principal, event_kind: str,
+                          detail_of: DetailOf | None) -> WriteOutcome:
+        await self._runner.ready_pool()
+        writing = self._runner.run_interaction(
+            self._overlapped_write_txn, key, feed, lock_id, principal, event_kind, detail_of,
+            blocking=True)
+        try:
+            upload = await feed.parsed()
+            identity = VersionIdentity(key.tenant, key.path, upload.parsed.serial,
+                                       upload.sha256, len(upload.raw))
+            stored = await self._codec.encode(upload.raw, identity, None)
+        except BaseException:
+            feed.abandon()
+            await writing.addErrback(lambda _: None)
+            raise
+        if writing.called:
+            feed.abandon()  # it failed already (its deadline): nothing may commit
+        else:
+            feed.give_payload(stored)
+        try:
+            outcome: WriteOutcome = await writing
+        except _Replayed as replayed:
+            return replayed.outcome
+        return outcome
+
+    async def _overlapped_write_txn(self, cursor: Any, key: StateKey, feed: UploadFeed,
+                                    lock_id: str | None, principal: Principal,
+                                    event_kind: str, detail_of: DetailOf | None,
+                                    ) -> WriteOutcome:
+        """The transaction of L{write_state_overlapped}: the state's row
+        locked, its projection rows replaced by the rows streamed from the
+        parse, then, once the parse has ended, the checks of
+        L{_large_write_txn} (the lock row and versions come after the
+        projection rows here: only writers holding the state's row touch
+        those, so no wait can cycle through them).  A replay or a refusal
+        raises: the transaction rolls back."""
+        now = self._clock()
+        state_id = await self._lock_state_row_txn(cursor, key, now, create=True)
+        assert state_id is not None
+        version_id = await large.next_version_id_txn(cursor, state_id, now)
+        await cursor.execute(statements.DROP_PROJECTION, {"state": state_id})
+        stream = feed.stream()
+        large.copy_resources(cursor, state_id, version_id, stream)
+        upload = feed.wait_parsed()
+        projection = upload.parsed.projection or Projection()
+        if stream.is_prefix_of(projection.resources):
+            large.copy_resources(cursor, state_id, version_id,
+                                 projection.resources[stream.sent:], stream.sent + 1)
+        else:
+            await cursor.execute(statements.DROP_PROJECTION, {"state": state_id})
+            large.copy_resources(cursor, state_id, version_id, projection.resources)
+        serial = upload.parsed.serial
+        holder, candidates = await self._lock_and_candidates_txn(cursor, state_id, serial)
+        state_rules.check_write(lock_id, holder)
+        decision = state_rules.decide_upload(serial, upload.sha256, candidates,
+                                             candidates[-1] if candidates else None)
+        if isinstance(decision, Replay):
+            raise _Replayed(WriteOutcome(version=decision.version, created=False))
+        large.copy_dependencies_and_outputs(cursor, state_id, version_id, projection)
+        version = StateVersion.of_upload(upload, decision.number, now, principal.name)
+        large.copy_version_row(cursor, version_id, state_id, version,
+                               large.BulkWrite.of(upload, feed.wait_payload()))
+        detail = {**write_detail(version.number, version.size, principal),
+                  **_detail(detail_of, upload)}
         await append_event_txn(cursor, key.tenant, event_kind, principal.name, key.path,
                                now, lock_id=lock_id, serial=serial, sha256=upload.sha256,
                                detail=detail)

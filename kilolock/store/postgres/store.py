@@ -37,6 +37,7 @@ from kilolock.event_pages import EventPageQuery
 from kilolock.interfaces import (
     IHealthCheck,
     IOidcPolicyStore,
+    IOverlappedWrites,
     ISessionStore,
     IStateStore,
     ITenantStore,
@@ -84,16 +85,17 @@ from kilolock.store.postgres.runner import (
 )
 from kilolock.store.postgres.statements import PREPARE_STATEMENTS
 from kilolock.store.postgres.stateops import PostgresStateOps
-from kilolock.store.postgres.states import PostgresStates
+from kilolock.store.postgres.states import DetailOf, PostgresStates
 from kilolock.store.postgres.tenants import PostgresTenants
 from kilolock.store.postgres.tfe import PostgresTFE
 from kilolock.tfe.interfaces import ITFEStore
+from kilolock.upload_feed import UploadFeed
 
 __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
 
 
 @implementer(IStateStore, ITenantStore, ISessionStore, IOidcPolicyStore, ITFEStore,
-             IRetentionStore, IStateOperationsStore, IHealthCheck)
+             IRetentionStore, IStateOperationsStore, IHealthCheck, IOverlappedWrites)
 class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ignore[misc]
                          proxyForInterface(IOidcPolicyStore,  # type: ignore[misc]
                                            "oidc_policies"),
@@ -199,6 +201,12 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
                     event_detail: Mapping[str, Any] | None = None) -> Deferred[WriteOutcome]:
         return self._states.write_state(key, upload, lock_id, principal, event_kind,
                                         event_detail)
+
+    def write_state_overlapped(self, key: StateKey, feed: UploadFeed, lock_id: str | None,
+                               principal: Principal, event_kind: str = STATE_WRITE,
+                               detail_of: DetailOf | None = None) -> Deferred[WriteOutcome]:
+        return self._states.write_state_overlapped(key, feed, lock_id, principal, event_kind,
+                                                   detail_of)
 
     def write_states(self, writes: Sequence[StateWrite], principal: Principal,
                      event_kind: str = STATE_WRITE) -> Deferred[list[WriteOutcome]]:
