@@ -165,13 +165,13 @@ async def parse_upload(request: Request, body: bytes, reactor: Any) -> StateUplo
                                    body, content_md5)
 
 
-def start_upload_feed(request: Request, body: bytes, reactor: Any) -> UploadFeed:
-    """Start L{prepare_upload} of a request's large body in a thread, its
-    rows fed to a store as they come (L{kilolock.upload_feed}); the answers
-    and their order are L{parse_upload}'s (its C{Content-MD5} checked first).
+def start_upload_feed(body: bytes, content_md5: bytes | None, reactor: Any) -> UploadFeed:
+    """Start L{prepare_upload} of a large body (C{content_md5} the request's
+    C{Content-MD5}) in a thread, its rows fed to a store as they come
+    (L{kilolock.upload_feed}); the answers and their order are
+    L{parse_upload}'s.
 
     @return: the L{UploadFeed}, whose C{parsed()} fires with the upload."""
-    content_md5 = request.getHeader(b"Content-MD5")
     feed = UploadFeed(len(body))
     feed.watch(deferToThreadPool(reactor, reactor.getThreadPool(), feed.parse_with,
                                  lambda streamed: _prepare_large_upload(body, content_md5,

@@ -139,7 +139,8 @@ class StateResource(_StateNode):
                 and len(body) >= THREAD_THRESHOLD):
             # The store starts writing while the parse runs (the answers
             # and their order are the same).
-            feed = start_upload_feed(request, body, self.lane.reactor)
+            feed = start_upload_feed(body, request.getHeader(b"Content-MD5"),
+                                     self.lane.reactor)
             outcome = await store.write_state_overlapped(key, feed, lock_id, principal,
                                                          detail_of=_client_detail)
         else:
