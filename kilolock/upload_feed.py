@@ -64,6 +64,8 @@ class RowStream:
         rows, feed = self._rows, self._feed
         while True:
             ended = feed.wait_for_rows(rows, self.sent)
+            if feed.abandoned:
+                return  # ends the COPY as such: the transaction then rolls back
             if feed.streamed.rows is not rows:
                 self.restarted = True
                 return
@@ -166,16 +168,21 @@ class UploadFeed:
         """The resource rows from the first, as the parse produces them."""
         return RowStream(self)
 
+    @property
+    def abandoned(self) -> bool:
+        """Whether L{abandon} was called."""
+        return self._abandoned
+
     def wait_for_rows(self, rows: list[ResourceRow], seen: int) -> bool:
         """Wait until C{rows} has more than C{seen} rows, the parse ended,
-        the rows started over or the feed was abandoned.
+        the rows started over or the feed was abandoned (the stream then
+        ends without an error: failing the C{COPY} would look like a
+        database failure; the wait that follows raises L{FeedAbandoned}).
         @return: whether the parse ended."""
         with self._condition:
             while (len(rows) == seen and not self._ended and not self._abandoned
                    and self.streamed.rows is rows):
                 self._condition.wait(_POLL_SECONDS)
-            if self._abandoned:
-                raise FeedAbandoned("the upload was abandoned")
             return self._ended
 
     def wait_parsed(self) -> StateUpload:

@@ -108,9 +108,11 @@ def test_a_failed_parse_hands_out_nothing() -> None:
 
 def test_an_abandoned_feed_stops_its_reader() -> None:
     feed = UploadFeed(10)
+    feed.streamed.add(resource("a0"))
     feed.abandon()
+    assert list(feed.stream()) == []  # ends, without failing the COPY
     with pytest.raises(FeedAbandoned):
-        list(feed.stream())
+        feed.wait_parsed()
     with pytest.raises(FeedAbandoned):
         feed.wait_payload()
     given = UploadFeed(10)
