@@ -11,12 +11,10 @@ between the three parties:
     L{UploadFeed.streamed} one resource at a time;
   - the store's transaction, in another thread, reads the rows as they come
     (L{UploadFeed.stream}), then waits for the parse's end
-    (L{UploadFeed.wait_parsed}) and for the payload the reactor prepares from
-    the parsed upload (L{UploadFeed.wait_payload});
-  - the reactor waits for the parse (L{UploadFeed.parsed}), answers its
+    (L{UploadFeed.wait_parsed});
+  - the reactor waits for the parse (L{UploadFeed.parsed}) and answers its
     error if it fails -- before anything the transaction found, so the
-    answers keep their order -- and otherwise hands the payload over
-    (L{UploadFeed.give_payload}) or gives up (L{UploadFeed.abandon}), which
+    answers keep their order; it may give up (L{UploadFeed.abandon}), which
     makes the transaction roll back.
 
 Nothing here knows of databases or HTTP.
@@ -26,7 +24,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
@@ -88,9 +85,8 @@ class RowStream:
 
 class UploadFeed:
     """A large upload of C{size} bytes whose parse is running (see the module
-    docstring).  The reactor's side: L{parsed}, L{give_payload},
-    L{abandon}; the transaction's side (a thread): L{stream},
-    L{wait_parsed}, L{wait_payload}."""
+    docstring).  The reactor's side: L{parsed}, L{abandon}; the
+    transaction's side (a thread): L{stream}, L{wait_parsed}."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -98,8 +94,6 @@ class UploadFeed:
         self._condition = threading.Condition()
         self._ended = False
         self._upload: StateUpload | None = None
-        self._payload: Any = None
-        self._given = False
         self._abandoned = False
         self._outcome: StateUpload | Failure | None = None
         self._waiters: list[Deferred[StateUpload]] = []
@@ -149,12 +143,6 @@ class UploadFeed:
             self._fire(waiter)
         return waiter
 
-    def give_payload(self, payload: Any) -> None:
-        """Hand the transaction what it writes besides the rows."""
-        with self._condition:
-            self._payload, self._given = payload, True
-            self._condition.notify_all()
-
     def abandon(self) -> None:
         """Give up: a transaction waiting on this feed raises
         L{FeedAbandoned} (and so rolls back)."""
@@ -194,13 +182,3 @@ class UploadFeed:
             if self._abandoned or self._upload is None:
                 raise FeedAbandoned("the upload will not be written")
             return self._upload
-
-    def wait_payload(self) -> Any:
-        """What L{give_payload} handed over, once it has.
-        @raise FeedAbandoned: the feed was abandoned."""
-        with self._condition:
-            while not self._given and not self._abandoned:
-                self._condition.wait()
-            if self._abandoned:
-                raise FeedAbandoned("the upload will not be written")
-            return self._payload

@@ -197,3 +197,48 @@ async def test_rows_the_parse_starts_over_are_replaced(store: Any) -> None:
     await write(store, unstreamed)
     assert await store.get_projection(KEY) == parse_state(unstreamed).projection
     assert await store.read_current(KEY) == unstreamed
+
+
+@pytest.mark.postgres
+@pytest_twisted.ensureDeferred
+async def test_an_overlapped_write_is_compressed_then_encrypted(postgres_dsn: str) -> None:
+    from at_rest_support import provider, secret, version_rows
+    from twisted.internet import reactor
+
+    keyed = PostgresStateStore(postgres_dsn, reactor, pool_size=2,
+                               key_provider=provider("2026-12", {"2026-12": secret()}))
+    await keyed.start()
+    try:
+        raw = big(1)
+        await write(keyed, raw)
+        assert await keyed.read_current(KEY) == raw
+        [(_, codec, payload, data_key, kek_id)] = version_rows(postgres_dsn)
+        assert (codec, kek_id) == ("zstd", "2026-12") and data_key is not None
+        assert b"terraform_data" not in payload
+    finally:
+        await keyed.stop()
+
+
+@pytest.mark.postgres
+@pytest_twisted.ensureDeferred
+async def test_concurrent_writes_do_not_starve_a_small_thread_pool(store: Any) -> None:
+    """Each write's transaction holds a thread of the reactor's pool while it
+    waits for its parse; it waits for nothing queued behind it, so three
+    writes on a pool of two threads all complete."""
+    from twisted.internet import reactor
+    from twisted.internet.defer import gatherResults
+
+    pool = reactor.getThreadPool()
+    before = (pool.min, pool.max)
+    pool.adjustPoolsize(1, 2)
+    try:
+        keys = [StateKey(DEFAULT_TENANT, f"starve-{index}") for index in range(3)]
+        bodies = [big(index + 1) for index in range(3)]
+        feeds = [start_upload_feed(body, None, reactor) for body in bodies]
+        outcomes = await gatherResults([
+            store.write_state_overlapped(each, feed, None, ALICE)
+            for each, feed in zip(keys, feeds, strict=True)])
+    finally:
+        pool.adjustPoolsize(*before)
+    assert [outcome.version.serial for outcome in outcomes] == [1, 2, 3]
+    assert [await store.read_current(each) for each in keys] == bodies

@@ -113,8 +113,3 @@ def test_an_abandoned_feed_stops_its_reader() -> None:
     assert list(feed.stream()) == []  # ends, without failing the COPY
     with pytest.raises(FeedAbandoned):
         feed.wait_parsed()
-    with pytest.raises(FeedAbandoned):
-        feed.wait_payload()
-    given = UploadFeed(10)
-    given.give_payload("payload")
-    assert given.wait_payload() == "payload"

@@ -81,6 +81,19 @@ class VersionCodec:
             return work(None)
         return self.provider.generate_data_key().addCallback(work)
 
+    def data_key(self) -> Deferred[DataKey | None]:
+        """Fires with a fresh data key for L{encode_with}, or None when
+        encryption is off."""
+        if self.provider is None:
+            return succeed(None)
+        return self.provider.generate_data_key()  # type: ignore[return-value]
+
+    def encode_with(self, raw: bytes, identity: VersionIdentity,
+                    data_key: DataKey | None) -> StoredPayload:
+        """L{encode} of a full snapshot with C{data_key} (from L{data_key}),
+        here and now (blocking: call it in a thread for large states)."""
+        return encode_version(raw, identity, None, data_key, self.policy)
+
     def _data_key(self, row: StoredRow) -> Deferred[bytes | None]:
         if row.stored.data_key is None:
             return succeed(None)

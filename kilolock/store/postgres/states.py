@@ -31,15 +31,17 @@ statements in the same lock order.  Version bytes are compressed
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.python.failure import Failure
 
 from kilolock import state_rules
-from kilolock.atrest.envelope import VersionIdentity
+from kilolock.atrest.envelope import DataKey, VersionIdentity
 from kilolock.atrest.stored import StoredPayload
 from kilolock.atrest.versions import VersionCodec
 from kilolock.audit import delete_detail, lock_detail, write_detail
@@ -79,6 +81,42 @@ DetailOf = Callable[[StateUpload], Mapping[str, Any]]
 
 def _detail(detail_of: DetailOf | None, upload: StateUpload) -> Mapping[str, Any]:
     return {} if detail_of is None else detail_of(upload)
+
+
+def _abandoning(feed: UploadFeed) -> Callable[[Failure], Failure]:
+    def abandon(failure: Failure) -> Failure:
+        feed.abandon()
+        return failure
+    return abandon
+
+
+class _Encoding:
+    """C{encode()} in a thread of its own (not the reactor's pool: the
+    transaction waiting for it holds a thread of that pool)."""
+
+    def __init__(self, encode: Callable[[], StoredPayload]) -> None:
+        self._encode = encode
+        self._stored: StoredPayload | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="kilolock-encode", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._stored = self._encode()
+        except BaseException as error:  # handed to the transaction's thread
+            self._error = error
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> StoredPayload:
+        """The payload, once encoded; or raise the encoding's error."""
+        self.join()
+        if self._error is not None:
+            raise self._error
+        assert self._stored is not None
+        return self._stored
 
 
 class _Replayed(Exception):
@@ -299,23 +337,23 @@ class PostgresStates:
     async def _overlapped(self, key: StateKey, feed: UploadFeed, lock_id: str | None,
                           principal: Principal, event_kind: str,
                           detail_of: DetailOf | None) -> WriteOutcome:
+        """The transaction waits for nothing but the parse, which was queued
+        in the reactor's thread pool before it (so a full pool cannot hold
+        every transaction waiting on work queued behind them): the data key
+        is fetched first, the payload encoded in the transaction's thread."""
         await self._runner.ready_pool()
+        data_key = await self._codec.data_key()
         writing = self._runner.run_interaction(
-            self._overlapped_write_txn, key, feed, lock_id, principal, event_kind, detail_of,
-            blocking=True)
+            self._overlapped_write_txn, key, feed, data_key, lock_id, principal, event_kind,
+            detail_of, blocking=True)
+        # Once the call has failed (its deadline) a transaction still waiting
+        # for the parse must not go on: abandoning the feed rolls it back.
+        writing.addErrback(_abandoning(feed))
         try:
-            upload = await feed.parsed()
-            identity = VersionIdentity(key.tenant, key.path, upload.parsed.serial,
-                                       upload.sha256, len(upload.raw))
-            stored = await self._codec.encode(upload.raw, identity, None)
+            await feed.parsed()
         except BaseException:
-            feed.abandon()
             await writing.addErrback(lambda _: None)
             raise
-        if writing.called:
-            feed.abandon()  # it failed already (its deadline): nothing may commit
-        else:
-            feed.give_payload(stored)
         try:
             outcome: WriteOutcome = await writing
         except _Replayed as replayed:
@@ -323,16 +361,17 @@ class PostgresStates:
         return outcome
 
     async def _overlapped_write_txn(self, cursor: Any, key: StateKey, feed: UploadFeed,
-                                    lock_id: str | None, principal: Principal,
-                                    event_kind: str, detail_of: DetailOf | None,
-                                    ) -> WriteOutcome:
+                                    data_key: DataKey | None, lock_id: str | None,
+                                    principal: Principal, event_kind: str,
+                                    detail_of: DetailOf | None) -> WriteOutcome:
         """The transaction of L{write_state_overlapped}: the state's row
         locked, its projection rows replaced by the rows streamed from the
         parse, then, once the parse has ended, the checks of
         L{_large_write_txn} (the lock row and versions come after the
         projection rows here: only writers holding the state's row touch
-        those, so no wait can cycle through them).  A replay or a refusal
-        raises: the transaction rolls back."""
+        those, so no wait can cycle through them).  The payload is encoded
+        beside the checks; its error comes first, as on the plain path.  A
+        replay or a refusal raises: the transaction rolls back."""
         now = self._clock()
         state_id = await self._lock_state_row_txn(cursor, key, now, create=True)
         assert state_id is not None
@@ -341,24 +380,36 @@ class PostgresStates:
         stream = feed.stream()
         large.copy_resources(cursor, state_id, version_id, stream)
         upload = feed.wait_parsed()
-        projection = upload.parsed.projection or Projection()
-        if stream.is_prefix_of(projection.resources):
-            large.copy_resources(cursor, state_id, version_id,
-                                 projection.resources[stream.sent:], stream.sent + 1)
-        else:
-            await cursor.execute(statements.DROP_PROJECTION, {"state": state_id})
-            large.copy_resources(cursor, state_id, version_id, projection.resources)
         serial = upload.parsed.serial
-        holder, candidates = await self._lock_and_candidates_txn(cursor, state_id, serial)
-        state_rules.check_write(lock_id, holder)
-        decision = state_rules.decide_upload(serial, upload.sha256, candidates,
-                                             candidates[-1] if candidates else None)
-        if isinstance(decision, Replay):
-            raise _Replayed(WriteOutcome(version=decision.version, created=False))
-        large.copy_dependencies_and_outputs(cursor, state_id, version_id, projection)
+        encoding = _Encoding(lambda: self._codec.encode_with(
+            upload.raw, VersionIdentity(key.tenant, key.path, serial, upload.sha256,
+                                        len(upload.raw)), data_key))
+        try:
+            projection = upload.parsed.projection or Projection()
+            if stream.is_prefix_of(projection.resources):
+                large.copy_resources(cursor, state_id, version_id,
+                                     projection.resources[stream.sent:], stream.sent + 1)
+            else:
+                await cursor.execute(statements.DROP_PROJECTION, {"state": state_id})
+                large.copy_resources(cursor, state_id, version_id, projection.resources)
+            holder, candidates = await self._lock_and_candidates_txn(cursor, state_id, serial)
+            try:
+                state_rules.check_write(lock_id, holder)
+                decision = state_rules.decide_upload(serial, upload.sha256, candidates,
+                                                     candidates[-1] if candidates else None)
+            except BaseException:
+                encoding.result()  # an encoding error comes first
+                raise
+            if isinstance(decision, Replay):
+                encoding.result()
+                raise _Replayed(WriteOutcome(version=decision.version, created=False))
+            large.copy_dependencies_and_outputs(cursor, state_id, version_id, projection)
+            stored = encoding.result()
+        finally:
+            encoding.join()
         version = StateVersion.of_upload(upload, decision.number, now, principal.name)
         large.copy_version_row(cursor, version_id, state_id, version,
-                               large.BulkWrite.of(upload, feed.wait_payload()))
+                               large.BulkWrite.of(upload, stored))
         detail = {**write_detail(version.number, version.size, principal),
                   **_detail(detail_of, upload)}
         await append_event_txn(cursor, key.tenant, event_kind, principal.name, key.path,
