@@ -22,11 +22,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from attrs import frozen
-from twisted.application.service import Service
-from twisted.internet.defer import Deferred, ensureDeferred, succeed
-from twisted.internet.task import LoopingCall
+from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
+from kilolock.background import PeriodicWork
 from kilolock.metrics import Metrics
 from kilolock.model import StateKey
 from kilolock.retention import RetentionPolicy
@@ -54,7 +53,7 @@ class PassReport:
     bytes_freed: int = 0
 
 
-class RetentionService(Service):
+class RetentionService(PeriodicWork):
     """Prunes every C{interval} seconds by C{policy} (the server's default;
     tenants and states may override it), on C{clock} (an C{IReactorTime})."""
 
@@ -62,41 +61,13 @@ class RetentionService(Service):
 
     def __init__(self, store: IRetentionStore, policy: RetentionPolicy, clock: Any,
                  interval: float, metrics: Metrics | None = None) -> None:
+        super().__init__(clock, interval)
         self.store = store
         self.policy = policy
-        self.clock = clock
-        self.interval = interval
         self.metrics = metrics
-        self._loop: LoopingCall | None = None
-        self._running: Deferred[PassReport] | None = None
-        self._stopping = False
 
-    def startService(self) -> None:
-        super().startService()
-        self._stopping = False
-        self._loop = LoopingCall(self._tick)
-        self._loop.clock = self.clock
-        self._loop.start(self.interval, now=False)
-
-    def stopService(self) -> Deferred[None]:
-        """Stop the loop; fires once a pass in progress has finished its
-        current state."""
-        super().stopService()
-        self._stopping = True
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
-        running = self._running
-        if running is None:
-            return succeed(None)
-        finished: Deferred[None] = Deferred()
-        running.addBoth(lambda _: finished.callback(None))
-        return finished
-
-    def _tick(self) -> None:
-        """The loop's call: start a pass unless one is still running (the
-        loop itself never fails, so it never stops)."""
-        if self._running is None:
-            self.run_pass()
+    def run_once(self) -> Deferred[PassReport]:
+        return self.run_pass()
 
     def run_pass(self) -> Deferred[PassReport]:
         """One pass over every state (see the module).
@@ -104,10 +75,9 @@ class RetentionService(Service):
         @return: a Deferred firing with its L{PassReport}; a failure is
             logged (and the report says what was done until then)."""
         started = self.clock.seconds()
-        self._running = running = ensureDeferred(self._pass(started))
+        running = self.watch(ensureDeferred(self._pass(started)))
 
         def done(report: PassReport) -> PassReport:
-            self._running = None
             if self.metrics is not None:
                 self.metrics.retention_last_run.set(self.clock.seconds())
                 self.metrics.retention_duration.set(self.clock.seconds() - started)
@@ -125,7 +95,7 @@ class RetentionService(Service):
         after: StateKey | None = None
         states = versions = freed = 0
         try:
-            while not self._stopping:
+            while not self.stopping:
                 page = await self.store.retention_candidates(after, STATES_PER_PAGE,
                                                              everywhere)
                 for key in page:
