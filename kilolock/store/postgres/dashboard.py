@@ -71,9 +71,10 @@ LEFT JOIN LATERAL (
     SELECT * FROM state_versions WHERE state_id = n.id ORDER BY number DESC LIMIT 1
 ) v ON true
 LEFT JOIN LATERAL (
-    SELECT {events} FROM events
-    WHERE tenant_id = %(tenant)s AND state_path = n.path AND sha256 = v.sha256
-    ORDER BY seq DESC LIMIT 1
+    SELECT {events} FROM events e
+    WHERE e.tenant_id = %(tenant)s AND e.state_path = n.path
+      AND coalesce(e.sha256, encode(e.sha256_bytes, 'hex')) = v.sha256
+    ORDER BY e.seq DESC LIMIT 1
 ) w ON true
 ORDER BY n.position
 """

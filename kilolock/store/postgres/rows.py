@@ -14,6 +14,7 @@ from typing import Any, overload
 
 from attrs import evolve
 
+from kilolock.audit import GENESIS
 from kilolock.model import (
     ApiToken,
     AuditEvent,
@@ -34,6 +35,7 @@ from kilolock.store.postgres.codecs import bytes_from_hex
 
 __all__ = [
     "ENVIRONMENT_COLUMNS",
+    "EVENT_CHAIN_COLUMNS",
     "EVENT_COLUMNS",
     "TENANT_COLUMNS",
     "TOKEN_COLUMNS",
@@ -57,11 +59,27 @@ __all__ = [
 VERSION_COLUMNS = (
     "v.number, v.serial, v.lineage, v.sha256, v.size, v.created_at, v.principal, v.projected"
 )
-#: An C{events} row: L{event}.
-EVENT_COLUMNS = (
-    "seq, tenant_id, kind, state_path, principal, at, lock_id, serial, sha256, detail,"
-    " prev_hash, hash"
-)
+# An event's hash and sha256 as lowercase hex text, whichever form its row
+# holds (schema 12: text before, bytes since), for an C{events} row C{e}.
+_HASH = "coalesce({e}.hash, encode({e}.hash_bytes, 'hex'))"
+_SHA256 = "coalesce(e.sha256, encode(e.sha256_bytes, 'hex'))"
+_COLUMNS = ("e.seq, e.tenant_id, e.kind, e.state_path, e.principal, e.at, e.lock_id,"
+            f" e.serial, {_SHA256} AS sha256, e.detail,"
+            f" coalesce(e.prev_hash, {{prev}}, '') AS prev_hash, {_HASH.format(e='e')} AS hash")
+#: An C{events} row C{e}: L{event}.  An event stored without its prev_hash
+#: (schema 12) gets the hash of the event before it in the tenant's chain
+#: (L{GENESIS} at seq 1), looked up by C{events_tenant_seq}; an empty
+#: prev_hash when that event is missing (its own hash then does not verify).
+EVENT_COLUMNS = _COLUMNS.format(prev=(
+    f"CASE WHEN e.seq = 1 THEN '{GENESIS}' ELSE (SELECT {_HASH.format(e='ep')}"  # noqa: S608
+    " FROM events ep WHERE ep.tenant_id = e.tenant_id AND ep.seq = e.seq - 1) END"))
+#: L{EVENT_COLUMNS} for a tenant's whole chain in C{seq} order (a window
+#: C{chain}: C{WINDOW chain AS (ORDER BY e.seq)}): the previous row's hash
+#: when it is the event before.
+EVENT_CHAIN_COLUMNS = _COLUMNS.format(prev=(
+    f"CASE WHEN e.seq = 1 THEN '{GENESIS}'"
+    " WHEN lag(e.seq) OVER chain = e.seq - 1"
+    f" THEN lag({_HASH.format(e='e')}) OVER chain END"))
 #: A C{tenants} row: L{tenant}.
 TENANT_COLUMNS = "id, slug, name, created_at, deleted_at"
 #: A C{workspaces} row: L{workspace}.
