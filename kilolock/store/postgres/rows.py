@@ -35,8 +35,8 @@ from kilolock.store.postgres.codecs import bytes_from_hex
 
 __all__ = [
     "ENVIRONMENT_COLUMNS",
-    "EVENT_CHAIN_COLUMNS",
     "EVENT_COLUMNS",
+    "EVENT_COLUMNS_DESC",
     "TENANT_COLUMNS",
     "TOKEN_COLUMNS",
     "VERSION_COLUMNS",
@@ -63,23 +63,27 @@ VERSION_COLUMNS = (
 # holds (schema 12: text before, bytes since), for an C{events} row C{e}.
 _HASH = "coalesce({e}.hash, encode({e}.hash_bytes, 'hex'))"
 _SHA256 = "coalesce(e.sha256, encode(e.sha256_bytes, 'hex'))"
+# The prev_hash of an event stored without it (schema 12): L{GENESIS} at
+# seq 1; else the hash of the row selected just before it in seq order (a
+# window over the rows the statement selects) when that is the event
+# before; else that event's, looked up by events_tenant_seq; NULL when it
+# is missing.
+_PREV = (f"CASE WHEN e.seq = 1 THEN '{GENESIS}'"  # noqa: S608 - constant fragments
+         " WHEN {neighbour}(e.seq) OVER (ORDER BY e.seq {order}) = e.seq - 1"
+         f" THEN {{neighbour}}({_HASH.format(e='e')}) OVER (ORDER BY e.seq {{order}})"
+         f" ELSE (SELECT {_HASH.format(e='ep')} FROM events ep"
+         " WHERE ep.tenant_id = e.tenant_id AND ep.seq = e.seq - 1) END")
 _COLUMNS = ("e.seq, e.tenant_id, e.kind, e.state_path, e.principal, e.at, e.lock_id,"
             f" e.serial, {_SHA256} AS sha256, e.detail,"
-            f" coalesce(e.prev_hash, {{prev}}, '') AS prev_hash, {_HASH.format(e='e')} AS hash")
-#: An C{events} row C{e}: L{event}.  An event stored without its prev_hash
-#: (schema 12) gets the hash of the event before it in the tenant's chain
-#: (L{GENESIS} at seq 1), looked up by C{events_tenant_seq}; an empty
-#: prev_hash when that event is missing (its own hash then does not verify).
-EVENT_COLUMNS = _COLUMNS.format(prev=(
-    f"CASE WHEN e.seq = 1 THEN '{GENESIS}' ELSE (SELECT {_HASH.format(e='ep')}"  # noqa: S608
-    " FROM events ep WHERE ep.tenant_id = e.tenant_id AND ep.seq = e.seq - 1) END"))
-#: L{EVENT_COLUMNS} for a tenant's whole chain in C{seq} order (a window
-#: C{chain}: C{WINDOW chain AS (ORDER BY e.seq)}): the previous row's hash
-#: when it is the event before.
-EVENT_CHAIN_COLUMNS = _COLUMNS.format(prev=(
-    f"CASE WHEN e.seq = 1 THEN '{GENESIS}'"
-    " WHEN lag(e.seq) OVER chain = e.seq - 1"
-    f" THEN lag({_HASH.format(e='e')}) OVER chain END"))
+            f" coalesce(e.prev_hash, {_PREV}, '') AS prev_hash, {_HASH.format(e='e')} AS hash")
+#: An C{events} row C{e}: L{event}, for a statement that orders its rows by
+#: C{e.seq} (ascending).  An event stored without its prev_hash (schema 12)
+#: gets the hash of the event before it in the tenant's chain, whether the
+#: statement selects it or not; an empty prev_hash when that event is
+#: missing (its own hash then does not verify).
+EVENT_COLUMNS = _COLUMNS.format(neighbour="lag", order="ASC")
+#: L{EVENT_COLUMNS} for a statement that orders its rows by C{e.seq DESC}.
+EVENT_COLUMNS_DESC = _COLUMNS.format(neighbour="lead", order="DESC")
 #: A C{tenants} row: L{tenant}.
 TENANT_COLUMNS = "id, slug, name, created_at, deleted_at"
 #: A C{workspaces} row: L{workspace}.

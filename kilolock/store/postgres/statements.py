@@ -18,7 +18,7 @@ from typing import Any
 from kilolock.model import ResourceQuery
 from kilolock.resource_query import attribute_steps, like_pattern
 from kilolock.store.postgres.prepared import PreparedSQL, prepare_statements_sql
-from kilolock.store.postgres.rows import EVENT_CHAIN_COLUMNS, EVENT_COLUMNS, VERSION_COLUMNS
+from kilolock.store.postgres.rows import EVENT_COLUMNS, VERSION_COLUMNS
 
 # ---------------------------------------------------------------------------
 # The state lane's mutations: functions of the schema (006_write_path.sql),
@@ -253,9 +253,6 @@ def select_events(state_path: str | None, kinds: list[str] | None, since: dateti
                              ("at < %(until)s", until)):
         if value is not None:
             conditions.append(condition)
-    if len(conditions) == 1:  # the whole chain: each prev_hash from the row before
-        return (f"SELECT {EVENT_CHAIN_COLUMNS} FROM events e"  # noqa: S608 - constants
-                " WHERE tenant_id = %(tenant)s WINDOW chain AS (ORDER BY e.seq) ORDER BY e.seq")
     return (f"SELECT {EVENT_COLUMNS} FROM events e"  # noqa: S608 - constant fragments
             f" WHERE {' AND '.join(conditions)} ORDER BY e.seq")
 
