@@ -294,3 +294,34 @@ def test_any_event_reads_back_as_appended(postgres_dsn: str,
     assert [event_row(row) for row in query(
         postgres_dsn, select_events(None, [kind for kind, *_ in specs], None, None),
         {"tenant": tenant, "kinds": [kind for kind, *_ in specs]})] == appended
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_time_range_reads_only_its_pages(postgres_dsn: str) -> None:
+    """list_events' time range over 50,000 events (two tenants, a second
+    apart) returns exactly the events in [since, until) and reads a small
+    part of the table (the BRIN index on at), not all of it."""
+    execute(postgres_dsn, "INSERT INTO tenants (id) VALUES (%s), ('other')", (TENANT,))
+    execute(postgres_dsn, "INSERT INTO events (tenant_id, seq, kind, principal, at, detail,"
+                          " hash_bytes) SELECT CASE WHEN n %% 2 = 0 THEN %s ELSE 'other' END,"
+                          " (n + 1) / 2, 'note', 'p', %s + n * interval '1 second',"
+                          " '{\"n\":' || n || '}', sha256(n::text::bytea)"
+                          " FROM generate_series(1, 50000) AS n", (TENANT, AT))
+    connection = psycopg2.connect(postgres_dsn)
+    try:
+        connection.autocommit = True
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM ANALYZE events")
+            since, until = AT + timedelta(seconds=30_000), AT + timedelta(seconds=30_200)
+            statement = select_events(None, None, since, until)
+            params = {"tenant": TENANT, "since": since, "until": until}
+            cursor.execute(statement, params)
+            assert [row[0] for row in cursor.fetchall()] == list(range(15_000, 15_100))
+            cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, params)
+            plan = cursor.fetchone()[0][0]["Plan"]
+            cursor.execute("SELECT relpages FROM pg_class WHERE relname = 'events'")
+            (pages,) = cursor.fetchone()
+    finally:
+        connection.close()
+    assert pages > 400
+    assert plan["Shared Hit Blocks"] + plan["Shared Read Blocks"] < pages / 4, plan
