@@ -1,8 +1,9 @@
-"""How PostgreSQL stores the audit chain (schema 12): new events hold their
-hash (and a write's sha256) as bytes and no prev_hash, events written
-before keep their text; both read back as the same lowercase-hex events,
-verify as one chain, and every tampering with the rows is caught, on real
-PostgreSQL, in rows of either form.
+"""How PostgreSQL stores the audit chain (schemas 12 and 14): new events
+hold their hash (and a write's sha256) as bytes, their lock ID as a uuid
+and no prev_hash, events written before keep their text; both read back
+as the same lowercase-hex events, verify as one chain, and every
+tampering with the rows is caught, on real PostgreSQL, in rows of either
+form.
 
 Old-form rows are written by schema 11's own C{kl_append_event} in a
 database at schema 11, then upgraded."""
@@ -132,11 +133,12 @@ async def read(dsn: str, **filters: Any) -> tuple[list[AuditEvent], ChainHead]:
         await store.stop()
 
 
-def forms(dsn: str) -> list[tuple[int, bool, bool, bool, bool]]:
-    """Per event: seq, whether hash, prev_hash, hash_bytes, sha256_bytes are stored."""
+def forms(dsn: str) -> list[tuple[int, bool, bool, bool, bool, bool]]:
+    """Per event: seq, whether hash, prev_hash, hash_bytes, sha256_bytes,
+    lock_uuid are stored."""
     return query(dsn, "SELECT seq, hash IS NOT NULL, prev_hash IS NOT NULL,"
-                      " hash_bytes IS NOT NULL, sha256_bytes IS NOT NULL FROM events"
-                      " ORDER BY seq")
+                      " hash_bytes IS NOT NULL, sha256_bytes IS NOT NULL,"
+                      " lock_uuid IS NOT NULL FROM events ORDER BY seq")
 
 
 @pytest_twisted.ensureDeferred
@@ -148,7 +150,8 @@ async def test_both_forms_read_as_appended_and_verify(postgres_admin_dsn: str,
     included) whole or filtered, and the chain verifies against its head."""
     with database(postgres_admin_dsn, old, len(CHAIN) - old) as (dsn, appended):
         assert forms(dsn) == [(seq, seq <= old, seq <= old, seq > old,
-                               seq > old and CHAIN[seq - 1][0] == "state_write")
+                               seq > old and CHAIN[seq - 1][0] == "state_write",
+                               seq > old and "lock_id" in CHAIN[seq - 1][3])
                               for seq in range(1, 8)]
         events, head = await read(dsn)
         assert events == appended
@@ -171,6 +174,10 @@ TAMPERING = {
     "sha256 altered": (
         ("UPDATE events SET sha256 = repeat('0', 64) WHERE seq = 2",
          "UPDATE events SET sha256_bytes = decode(repeat('0', 64), 'hex') WHERE seq = 2"),
+        ((ALTERED, 2), (ALTERED, 2))),
+    "lock ID altered": (
+        ("UPDATE events SET lock_id = upper(lock_id) WHERE seq = 2",  # the case only
+         "UPDATE events SET lock_uuid = '00000000-0000-4000-8000-000000000000' WHERE seq = 2"),
         ((ALTERED, 2), (ALTERED, 2))),
     "hash altered": (
         ("UPDATE events SET hash = upper(hash) WHERE seq = 2",  # the case only
@@ -241,7 +248,7 @@ async def test_a_filtered_read_without_the_predecessor(postgres_admin_dsn: str) 
 
 
 def test_the_upgrade_rewrites_no_row(postgres_admin_dsn: str) -> None:
-    """Schema 12 leaves the events table's file and its old rows as they
+    """Schemas 12 to 14 leave the events table's file and its old rows as they
     were (no rewrite: the upgrade is instant), and its checks refuse a new
     row in neither or both forms."""
     with new_database(postgres_admin_dsn) as dsn:
@@ -257,7 +264,8 @@ def test_the_upgrade_rewrites_no_row(postgres_admin_dsn: str) -> None:
                 ("hash", "repeat('a', 64)"),  # the old form without its prev_hash
                 ("hash_bytes", "'\\x00'::bytea"),  # not 32 bytes
                 ("hash_bytes, prev_hash", "sha256('x'), ''"),  # a prev_hash with bytes
-                ("hash_bytes, sha256, sha256_bytes", "sha256('x'), 'a', sha256('y')")):
+                ("hash_bytes, sha256, sha256_bytes", "sha256('x'), 'a', sha256('y')"),
+                ("hash_bytes, lock_id, lock_uuid", f"sha256('x'), 'a', '{LOCK_ID}'")):
             with pytest.raises(psycopg2.errors.CheckViolation):
                 execute(dsn, f"INSERT INTO events (tenant_id, seq, kind, principal, at,"
                              f" {columns}) VALUES ('{TENANT}', 99, 'k', 'p', now(), {values})")
@@ -266,18 +274,21 @@ def test_the_upgrade_rewrites_no_row(postgres_admin_dsn: str) -> None:
 _texts = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"),
                  max_size=20)
 _sha256s = st.one_of(st.none(), st.just(SHA), st.just(SHA.upper()), _texts)
+_lock_ids = st.one_of(st.none(), st.uuids().map(str), st.uuids().map(lambda u: str(u).upper()),
+                      _texts)
 
 
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.sampled_from(["state_write", "lock_acquire", "note"]),
-                          _texts, st.one_of(st.none(), _texts), _sha256s,
+                          _texts, st.one_of(st.none(), _texts), _sha256s, _lock_ids,
                           st.dictionaries(_texts, _texts, max_size=3)),
                 min_size=1, max_size=5))
 def test_any_event_reads_back_as_appended(postgres_dsn: str,
                                           specs: list[tuple[Any, ...]]) -> None:
-    """Any event (any text, a sha256 in hex, in capitals or not hex at all)
-    reads back from the new form exactly as appended, and the chain verifies."""
+    """Any event (any text, a sha256 in hex, in capitals or not hex at all,
+    a lock ID a uuid or not, in capitals or not) reads back from the new
+    form exactly as appended, and the chain verifies."""
     tenant = "t-" + hashlib.sha256(repr(specs).encode()).hexdigest()[:12]
     execute(postgres_dsn, "INSERT INTO tenants (id) VALUES (%s) ON CONFLICT DO NOTHING",
             (tenant,))
@@ -285,8 +296,9 @@ def test_any_event_reads_back_as_appended(postgres_dsn: str,
     execute(postgres_dsn, "UPDATE tenants SET chain_seq = 0, chain_head = %s WHERE id = %s",
             (GENESIS, tenant))
     appended = append(postgres_dsn, [
-        (kind, principal or "p", path, {"sha256": sha256, "detail": detail})
-        for kind, principal, path, sha256, detail in specs], tenant=tenant)
+        (kind, principal or "p", path, {"sha256": sha256, "lock_id": lock_id,
+                                        "detail": detail})
+        for kind, principal, path, sha256, lock_id, detail in specs], tenant=tenant)
     statement = select_events(None, None, None, None)
     rows = query(postgres_dsn, statement, {"tenant": tenant})
     assert [event_row(row) for row in rows] == appended

@@ -60,7 +60,8 @@ VERSION_COLUMNS = (
     "v.number, v.serial, v.lineage, v.sha256, v.size, v.created_at, v.principal, v.projected"
 )
 # An event's hash and sha256 as lowercase hex text, whichever form its row
-# holds (schema 12: text before, bytes since), for an C{events} row C{e}.
+# holds (schema 12: text before, bytes since), for an C{events} row C{e};
+# its lock ID likewise (schema 14: a uuid when it is one, in lowercase).
 _HASH = "coalesce({e}.hash, encode({e}.hash_bytes, 'hex'))"
 _SHA256 = "coalesce(e.sha256, encode(e.sha256_bytes, 'hex'))"
 # The prev_hash of an event stored without it (schema 12): L{GENESIS} at
@@ -73,7 +74,8 @@ _PREV = (f"CASE WHEN e.seq = 1 THEN '{GENESIS}'"  # noqa: S608 - constant fragme
          f" THEN {{neighbour}}({_HASH.format(e='e')}) OVER (ORDER BY e.seq {{order}})"
          f" ELSE (SELECT {_HASH.format(e='ep')} FROM events ep"
          " WHERE ep.tenant_id = e.tenant_id AND ep.seq = e.seq - 1) END")
-_COLUMNS = ("e.seq, e.tenant_id, e.kind, e.state_path, e.principal, e.at, e.lock_id,"
+_COLUMNS = ("e.seq, e.tenant_id, e.kind, e.state_path, e.principal, e.at,"
+            " coalesce(e.lock_id, e.lock_uuid::text) AS lock_id,"
             f" e.serial, {_SHA256} AS sha256, e.detail,"
             f" coalesce(e.prev_hash, {_PREV}, '') AS prev_hash, {_HASH.format(e='e')} AS hash")
 #: An C{events} row C{e}: L{event}, for a statement that orders its rows by
