@@ -19,7 +19,7 @@ from typing import Any
 import psycopg2
 import pytest
 import pytest_twisted
-from at_rest_support import execute, query
+from at_rest_support import execute, query, state_with, upload
 from attrs import evolve
 from fixtures_postgres import new_database
 from hypothesis import HealthCheck, given, settings
@@ -337,3 +337,49 @@ async def test_a_time_range_reads_only_its_pages(postgres_dsn: str) -> None:
         connection.close()
     assert pages > 400
     assert plan["Shared Hit Blocks"] + plan["Shared Read Blocks"] < pages / 4, plan
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_dashboard_finds_a_writer_without_reading_older_events(
+        postgres_dsn: str) -> None:
+    """A state's listing row carries the event that wrote its current
+    version, found from the newest of the state's events down: with 5,000
+    older events of the state, the statement reads a handful of rows (no
+    window reading past the LIMIT), and the event comes back whole."""
+    from test_store_contract import postgres_store
+
+    from kilolock.model import DEFAULT_TENANT, Principal, StateKey, StateListQuery
+    from kilolock.store.postgres.dashboard import select_states_page
+
+    execute(postgres_dsn, "INSERT INTO events (tenant_id, seq, kind, state_path, principal,"
+                          " at, detail, hash_bytes) SELECT %s, n, 'lock_acquire', 'app', 'p',"
+                          " %s, '{}', sha256(n::text::bytea) FROM generate_series(1, 5000) n",
+            (DEFAULT_TENANT, AT))
+    execute(postgres_dsn, "UPDATE tenants SET chain_seq = 5000,"
+                          " chain_head = encode(sha256('5000'::bytea), 'hex') WHERE id = %s",
+            (DEFAULT_TENANT,))
+    execute(postgres_dsn, "ANALYZE events")
+    store = postgres_store(postgres_dsn)
+    await store.start()
+    try:
+        raw = state_with(1, "m", "s", count=2)
+        await store.write_state(StateKey(DEFAULT_TENANT, "app"), upload(raw), None,
+                                Principal(DEFAULT_TENANT, "alice"))
+        written = (await store.list_events(DEFAULT_TENANT, state_path="app",
+                                           kinds=["state_write"]))[0]
+        listing = await store.list_states_page(DEFAULT_TENANT, StateListQuery())
+    finally:
+        await store.stop()
+    assert [row.last_write for row in listing.listings] == [written]
+    statement, _, params = select_states_page(StateListQuery())
+    rows = query(postgres_dsn, "EXPLAIN (ANALYZE, FORMAT JSON) " + statement,
+                 {**params, "tenant": DEFAULT_TENANT})
+    assert most_rows(rows[0][0][0]["Plan"]) <= 10
+
+
+def most_rows(node: dict[str, Any]) -> int:
+    """The most rows any node of an executed plan read: produced or removed
+    by its filter (loops counted)."""
+    read = int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
+    return max([read * int(node.get("Actual Loops", 1)),
+                *(most_rows(child) for child in node.get("Plans", []))])

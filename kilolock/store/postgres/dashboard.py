@@ -25,7 +25,7 @@ from kilolock.model import (
 )
 from kilolock.state_listing import ASCII_LOWER, ASCII_UPPER, check_listing
 from kilolock.store.postgres import rows
-from kilolock.store.postgres.rows import EVENT_COLUMNS_DESC
+from kilolock.store.postgres.rows import EVENT_COLUMNS_LIMITED
 from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresDashboard", "select_states_page"]
@@ -107,7 +107,7 @@ def select_states_page(query: StateListQuery) -> tuple[str, str, dict[str, Any]]
         order = f'{_SORT_COLUMNS[query.sort]} {direction} {nulls}, s.path COLLATE "C" ASC'
     params.update(limit=query.limit, offset=query.offset)
     version = _SORT_VERSION if query.sort in _NEEDS_VERSION else ""
-    return (_PAGE.format(where=where, order=order, version=version, events=EVENT_COLUMNS_DESC),
+    return (_PAGE.format(where=where, order=order, version=version, events=EVENT_COLUMNS_LIMITED),
             _COUNT.format(where=where), params)
 
 
