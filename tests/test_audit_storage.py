@@ -383,3 +383,39 @@ def most_rows(node: dict[str, Any]) -> int:
     read = int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
     return max([read * int(node.get("Actual Loops", 1)),
                 *(most_rows(child) for child in node.get("Plans", []))])
+
+
+#: Alterations of one column of a stored event (SQL, the row is C{seq}).
+ALTERATIONS = {
+    "principal": "principal = principal || 'x'",
+    "kind": "kind = 'lock_force_release'",
+    "state_path": "state_path = coalesce(state_path, '') || '/x'",
+    "at": "at = at + interval '1 microsecond'",
+    "detail": "detail = '{\"who\":\"mallory\"}'",
+    "serial": "serial = coalesce(serial, 0) + 1",
+    "lock_id": "lock_uuid = CASE WHEN lock_uuid IS NULL THEN gen_random_uuid() END",
+    "sha256": "sha256_bytes = CASE WHEN sha256_bytes IS NULL THEN sha256('x') END",
+    "hash": "hash_bytes = sha256(hash_bytes)",
+}
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(min_value=1, max_value=len(CHAIN)), st.sampled_from(sorted(ALTERATIONS)))
+def test_any_altered_column_of_a_new_event_is_caught(postgres_dsn: str, seq: int,
+                                                     column: str) -> None:
+    """Whichever column of whichever new-form event is altered, the chain
+    no longer verifies against its head, and the break is at that event."""
+    tenant = f"t-{seq}-{column}"
+    execute(postgres_dsn, "DELETE FROM events WHERE tenant_id = %s", (tenant,))
+    execute(postgres_dsn, "INSERT INTO tenants (id) VALUES (%s) ON CONFLICT (id) DO UPDATE"
+                          " SET chain_seq = 0, chain_head = %s", (tenant, GENESIS))
+    appended = append(postgres_dsn, CHAIN, tenant=tenant)
+    execute(postgres_dsn, f"UPDATE events SET {ALTERATIONS[column]}"
+                          " WHERE tenant_id = %s AND seq = %s", (tenant, seq))
+    rows = query(postgres_dsn, select_events(None, None, None, None), {"tenant": tenant})
+    events = [event_row(row) for row in rows]
+    assert events != appended
+    broken = verify_chain(events, heads=[ChainHead(len(CHAIN), appended[-1].hash)])
+    assert broken is not None
+    assert broken.seq == seq
