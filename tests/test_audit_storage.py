@@ -1,4 +1,4 @@
-"""How PostgreSQL stores the audit chain (schemas 12 and 14): new events
+"""How PostgreSQL stores the audit chain (schema 12): new events
 hold their hash (and a write's sha256) as bytes, their lock ID as a uuid
 and no prev_hash, events written before keep their text; both read back
 as the same lowercase-hex events, verify as one chain, and every
@@ -248,7 +248,7 @@ async def test_a_filtered_read_without_the_predecessor(postgres_admin_dsn: str) 
 
 
 def test_the_upgrade_rewrites_no_row(postgres_admin_dsn: str) -> None:
-    """Schemas 12 to 14 leave the events table's file and its old rows as they
+    """Schemas 12 and 13 leave the events table's file and its old rows as they
     were (no rewrite: the upgrade is instant), and its checks refuse a new
     row in neither or both forms."""
     with new_database(postgres_admin_dsn) as dsn:

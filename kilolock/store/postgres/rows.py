@@ -61,7 +61,7 @@ VERSION_COLUMNS = (
 )
 # An event's hash and sha256 as lowercase hex text, whichever form its row
 # holds (schema 12: text before, bytes since), for an C{events} row C{e};
-# its lock ID likewise (schema 14: a uuid when it is one, in lowercase).
+# its lock ID likewise (since schema 12 a uuid when it is one, in lowercase).
 _HASH = "coalesce({e}.hash, encode({e}.hash_bytes, 'hex'))"
 _SHA256 = "coalesce(e.sha256, encode(e.sha256_bytes, 'hex'))"
 # The prev_hash of an event stored without it (schema 12): L{GENESIS} at
