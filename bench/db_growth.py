@@ -16,7 +16,8 @@ With C{--kinds} several server kinds are measured in the same run, each on
 a database of its own (C{postgres-baseline}: the code of another source
 tree, KL_BENCH_BASELINE_TREE, e.g. main's: C{git archive main | tar -x -C
 DIR}).  Also printed: the stored payload per version and the share of
-versions that are full snapshots.
+versions that are full snapshots, and a version row's bytes besides its
+payload.
 
 With C{--vacuum-every N} a VACUUM also runs after every N versions of each
 state, as autovacuum would on a busy table: dead projection rows are then
@@ -109,15 +110,17 @@ async def write_all(port: int, states: int, bodies: list[list[bytes]], start: in
                            for index in range(states)))
 
 
-def payload_figures(dsn: str) -> tuple[float, float]:
-    """Per version: the stored payload's bytes, and the share of versions
-    that are full snapshots (the others are deltas)."""
+def payload_figures(dsn: str) -> tuple[float, float, float]:
+    """Per version: the stored payload's bytes, the share of versions that
+    are full snapshots (the others are deltas), and the row's bytes besides
+    its payload (pg_column_size of the row, less the payload's)."""
     with psycopg.connect(dsn, autocommit=True) as connection:
         row = connection.execute(
-            "SELECT avg(octet_length(payload)), avg((codec <> 'zstd-delta')::int)"
-            " FROM state_versions").fetchone()
+            "SELECT avg(octet_length(payload)), avg((codec <> 'zstd-delta')::int),"
+            " avg(pg_column_size(v.*) - pg_column_size(payload)) FROM state_versions v"
+        ).fetchone()
         assert row is not None
-        return float(row[0]), float(row[1])
+        return float(row[0]), float(row[1]), float(row[2])
 
 
 @dataclass
@@ -129,6 +132,7 @@ class Growth:
     kinds: list[tuple[str, int, float, float]]
     payload: float
     snapshots: float
+    row: float
 
 
 def measure(cluster: Any, kind: str, states: int, versions: int, vacuum_every: int,
@@ -147,13 +151,13 @@ def measure(cluster: Any, kind: str, states: int, versions: int, vacuum_every: i
                 sizes(dsn)  # a VACUUM, as autovacuum would run
         after, indexes_after = sizes(dsn), index_sizes(dsn)
         kinds = event_sizes(dsn)
-        payload, snapshots = payload_figures(dsn)
+        payload, snapshots, row = payload_figures(dsn)
     written = states * versions
     return Growth(
         tables={table: (after[table] - before[table]) / written for table in TABLES},
         indexes={name: (size - indexes_before.get(name, 0)) / written
                  for name, size in indexes_after.items()},
-        kinds=kinds, payload=payload, snapshots=snapshots)
+        kinds=kinds, payload=payload, snapshots=snapshots, row=row)
 
 
 def main() -> None:
@@ -192,10 +196,12 @@ def main() -> None:
         if any(grown):
             print(f"| {name} | " + " | ".join("-" if value is None else f"{value:.0f}"
                                                for value in grown) + " |")
-    print(f"| payload bytes per version (snapshot share) | {header} |")
+    print(f"| a version row, bytes | {header} |")
     print("|---|" + "---|" * len(kinds))
-    print("| payload | " + " | ".join(
+    print("| payload (snapshot share) | " + " | ".join(
         f"{results[kind].payload:.0f} ({results[kind].snapshots:.0%})" for kind in kinds) + " |")
+    print("| the row besides its payload | " + " | ".join(
+        f"{results[kind].row:.0f}" for kind in kinds) + " |")
     for kind in kinds:
         print(f"{kind}: | event kind | events | average row bytes | of which hashes |")
         print("|---|---|---|---|")
