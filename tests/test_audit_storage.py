@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from kilolock.audit import (
     ALTERED,
     GENESIS,
+    HEAD_MISMATCH,
     MISSING,
     TRUNCATED,
     UNLINKED,
@@ -419,3 +420,35 @@ def test_any_altered_column_of_a_new_event_is_caught(postgres_dsn: str, seq: int
     broken = verify_chain(events, heads=[ChainHead(len(CHAIN), appended[-1].hash)])
     assert broken is not None
     assert broken.seq == seq
+
+
+@pytest_twisted.ensureDeferred
+@pytest.mark.parametrize("old", [True, False], ids=["old rows", "new rows"])
+async def test_a_rewritten_chain_fails_only_a_pinned_head(postgres_admin_dsn: str,
+                                                          old: bool) -> None:
+    """The chain rewritten from seq 3 on (re-hashed, re-linked) with the
+    recorded head moved along verifies against that head -- nothing in the
+    database can tell -- and fails a head pinned at seq 3 before
+    (head_mismatch), in either form."""
+    with database(postgres_admin_dsn, 7 if old else 0, 0 if old else 7) as (dsn, appended):
+        pinned = ChainHead(3, appended[2].hash)
+        forged = appended[:2]
+        for event in appended[2:]:
+            event = evolve(event, principal="mallory", prev_hash=forged[-1].hash)
+            forged.append(evolve(event, hash=event_hash(event)))
+            if old:
+                execute(dsn, "UPDATE events SET principal = 'mallory', prev_hash = %s,"
+                             " hash = %s WHERE seq = %s",
+                        (forged[-1].prev_hash, forged[-1].hash, event.seq))
+            else:
+                execute(dsn, "UPDATE events SET principal = 'mallory',"
+                             " hash_bytes = decode(%s, 'hex') WHERE seq = %s",
+                        (forged[-1].hash, event.seq))
+        execute(dsn, "UPDATE tenants SET chain_head = %s WHERE id = %s",
+                (forged[-1].hash, TENANT))
+        events, head = await read(dsn)
+        assert events == forged
+        assert verify_chain(events, heads=[head]) is None
+        broken = verify_chain(events, heads=[head, pinned])
+        assert broken is not None
+        assert (broken.problem, broken.seq) == (HEAD_MISMATCH, 3)
