@@ -10,6 +10,14 @@ projection rows, count once as reusable space, as with autovacuum), and the
 bytes a GET of a version returns checked against what was written.
 
     python bench/db_growth.py [--states 20] [--versions 50] [--vacuum-every N]
+        [--kinds postgres-baseline,postgres]
+
+With C{--kinds} several server kinds are measured in the same run, each on
+a database of its own (C{postgres-baseline}: the code of another source
+tree, KL_BENCH_BASELINE_TREE, e.g. main's: C{git archive main | tar -x -C
+DIR}).  Also printed: the stored payload per version and the share of
+versions that are full snapshots, and a version row's bytes besides its
+payload.
 
 With C{--vacuum-every N} a VACUUM also runs after every N versions of each
 state, as autovacuum would on a busy table: dead projection rows are then
@@ -23,13 +31,15 @@ import argparse
 import asyncio
 import sys
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psycopg
 from http_client import Connection
-from servers import new_database, postgres_cluster, running
+from servers import BASELINE, new_database, postgres_cluster, running
 from state_history import history
 from write_cycle import lock_info
 
@@ -39,13 +49,18 @@ TABLES = ("state_versions", "events", "resources", "resource_dependencies", "out
 
 def event_sizes(dsn: str) -> list[tuple[str, int, float, float]]:
     """Per event kind: how many, the average row (pg_column_size of the
-    row), and the average of its three hash columns as stored."""
+    row), and the average of its hash columns as stored (whichever the
+    schema has: text before schema 12, bytes too since)."""
     with psycopg.connect(dsn, autocommit=True) as connection:
+        hash_columns = [str(name) for (name,) in connection.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = 'events'::regclass"
+            " AND attname IN ('sha256', 'prev_hash', 'hash', 'hash_bytes', 'sha256_bytes')"
+            " ORDER BY attnum").fetchall()]
         return [(str(kind), int(count), float(row), float(hashes)) for kind, count, row, hashes
                 in connection.execute(
                     "SELECT kind, count(*), avg(pg_column_size(e.*)),"
-                    " avg(coalesce(pg_column_size(sha256), 0) + pg_column_size(prev_hash)"
-                    "     + pg_column_size(hash))"
+                    " avg(" + " + ".join(f"coalesce(pg_column_size({column}), 0)"
+                                        for column in hash_columns) + ")"
                     " FROM events e GROUP BY kind ORDER BY kind").fetchall()]
 
 
@@ -95,6 +110,56 @@ async def write_all(port: int, states: int, bodies: list[list[bytes]], start: in
                            for index in range(states)))
 
 
+def payload_figures(dsn: str) -> tuple[float, float, float]:
+    """Per version: the stored payload's bytes, the share of versions that
+    are full snapshots (the others are deltas), and the row's bytes besides
+    its payload (pg_column_size of the row, less the payload's)."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT avg(octet_length(payload)), avg((codec <> 'zstd-delta')::int),"
+            " avg(pg_column_size(v.*) - pg_column_size(payload)) FROM state_versions v"
+        ).fetchone()
+        assert row is not None
+        return float(row[0]), float(row[1]), float(row[2])
+
+
+@dataclass
+class Growth:
+    """What one server kind's history cost, per version written."""
+
+    tables: dict[str, float]
+    indexes: dict[str, float]
+    kinds: list[tuple[str, int, float, float]]
+    payload: float
+    snapshots: float
+    row: float
+
+
+def measure(cluster: Any, kind: str, states: int, versions: int, vacuum_every: int,
+            bodies: list[list[bytes]]) -> Growth:
+    """Write the histories through a server of C{kind} on a new database."""
+    warm = 5
+    dsn = new_database(cluster, "growth_" + kind.replace("-", "_"))
+    with running(kind, ["--database", dsn]) as (port, _):
+        asyncio.run(write_all(port, states, bodies, 0, warm))
+        before, indexes_before = sizes(dsn), index_sizes(dsn)
+        step = vacuum_every or versions
+        for start in range(warm, warm + versions, step):
+            asyncio.run(write_all(port, states, bodies, start,
+                                  min(start + step, warm + versions)))
+            if vacuum_every:
+                sizes(dsn)  # a VACUUM, as autovacuum would run
+        after, indexes_after = sizes(dsn), index_sizes(dsn)
+        kinds = event_sizes(dsn)
+        payload, snapshots, row = payload_figures(dsn)
+    written = states * versions
+    return Growth(
+        tables={table: (after[table] - before[table]) / written for table in TABLES},
+        indexes={name: (size - indexes_before.get(name, 0)) / written
+                 for name, size in indexes_after.items()},
+        kinds=kinds, payload=payload, snapshots=snapshots, row=row)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -103,41 +168,45 @@ def main() -> None:
     parser.add_argument("--vacuum-every", type=int, default=0,
                         help="VACUUM after every N versions of each state (as autovacuum"
                              " would), not only before and after")
+    parser.add_argument("--kinds", default="postgres",
+                        help="comma-separated server kinds, each on a database of its own in"
+                             f" the same cluster, e.g. {BASELINE},postgres (the baseline's"
+                             " tree in KL_BENCH_BASELINE_TREE)")
     args = parser.parse_args()
-    warm = 5
-    bodies = [list(history(warm + args.versions, seed=index)) for index in range(args.states)]
+    kinds = args.kinds.split(",")
+    bodies = [list(history(5 + args.versions, seed=index)) for index in range(args.states)]
     print(f"state size: {len(bodies[0][0])} bytes, 50 resources, 2 changed per version")
     with postgres_cluster() as cluster:
-        dsn = new_database(cluster, "growth")
-        with running("postgres", ["--database", dsn]) as (port, _):
-            asyncio.run(write_all(port, args.states, bodies, 0, warm))
-            before, indexes_before = sizes(dsn), index_sizes(dsn)
-            step = args.vacuum_every or args.versions
-            for start in range(warm, warm + args.versions, step):
-                asyncio.run(write_all(port, args.states, bodies, start,
-                                      min(start + step, warm + args.versions)))
-                if args.vacuum_every:
-                    sizes(dsn)  # a VACUUM, as autovacuum would run
-            after, indexes_after = sizes(dsn), index_sizes(dsn)
-            kinds = event_sizes(dsn)
-    versions = args.states * args.versions
-    print(f"{versions} versions ({args.states} states x {args.versions})")
-    print("| table | bytes per version |")
-    print("|---|---|")
+        results = {kind: measure(cluster, kind, args.states, args.versions, args.vacuum_every,
+                                 bodies) for kind in kinds}
+    print(f"{args.states * args.versions} versions ({args.states} states x {args.versions}),"
+          f" VACUUM every {args.vacuum_every or args.versions} versions")
+    header = " | ".join(kinds)
+    print(f"| table, bytes per version | {header} |")
+    print("|---|" + "---|" * len(kinds))
     for table in TABLES:
-        print(f"| {table} | {(after[table] - before[table]) / versions:.0f} |")
-    total = sum(after.values()) - sum(before.values())
-    print(f"| **all** | **{total / versions:.0f}** |")
-    print("| index | bytes per version |")
-    print("|---|---|")
-    for name in sorted(indexes_after):
-        grown = indexes_after[name] - indexes_before.get(name, 0)
-        if grown:
-            print(f"| {name} | {grown / versions:.0f} |")
-    print("| event kind | events | average row bytes | of which hashes |")
-    print("|---|---|---|---|")
-    for kind, count, row, hashes in kinds:
-        print(f"| {kind} | {count} | {row:.0f} | {hashes:.0f} |")
+        print(f"| {table} | " + " | ".join(f"{results[kind].tables[table]:.0f}"
+                                           for kind in kinds) + " |")
+    print("| **all** | " + " | ".join(f"**{sum(results[kind].tables.values()):.0f}**"
+                                      for kind in kinds) + " |")
+    print(f"| index, bytes per version | {header} |")
+    print("|---|" + "---|" * len(kinds))
+    for name in sorted({name for kind in kinds for name in results[kind].indexes}):
+        grown = [results[kind].indexes.get(name) for kind in kinds]
+        if any(grown):
+            print(f"| {name} | " + " | ".join("-" if value is None else f"{value:.0f}"
+                                               for value in grown) + " |")
+    print(f"| a version row, bytes | {header} |")
+    print("|---|" + "---|" * len(kinds))
+    print("| payload (snapshot share) | " + " | ".join(
+        f"{results[kind].payload:.0f} ({results[kind].snapshots:.0%})" for kind in kinds) + " |")
+    print("| the row besides its payload | " + " | ".join(
+        f"{results[kind].row:.0f}" for kind in kinds) + " |")
+    for kind in kinds:
+        print(f"{kind}: | event kind | events | average row bytes | of which hashes |")
+        print("|---|---|---|---|")
+        for event_kind, count, row, hashes in results[kind].kinds:
+            print(f"| {event_kind} | {count} | {row:.0f} | {hashes:.0f} |")
 
 
 if __name__ == "__main__":

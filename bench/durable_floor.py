@@ -37,9 +37,9 @@ EVENT = """
 WITH head AS (
     UPDATE tenants SET chain_seq = chain_seq + 1, chain_head = %s WHERE id = 'default'
     RETURNING chain_seq)
-INSERT INTO events (tenant_id, seq, kind, state_path, principal, at, lock_id, serial, sha256,
-                    detail, prev_hash, hash)
-SELECT 'default', head.chain_seq, %s, %s, 'anonymous', %s, %s, %s, %s, %s, %s, %s FROM head
+INSERT INTO events (tenant_id, seq, kind, state_path, principal, at, lock_uuid, serial,
+                    sha256_bytes, detail, hash_bytes)
+SELECT 'default', head.chain_seq, %s, %s, 'anonymous', %s, %s, %s, %s, %s, %s FROM head
 """
 TOUCH = "UPDATE states SET updated_at = %s WHERE id = %s"
 VERSION = """
@@ -59,9 +59,10 @@ def prepare_database(dsn: str) -> None:
 
 async def _event(cursor: Any, kind: str, path: str, lock_id: str, serial: int | None,
                  sha256: str | None, detail: str) -> None:
-    digest = hashlib.sha256(f"{path}{lock_id}{kind}".encode()).hexdigest()
-    await cursor.execute(EVENT, (digest, kind, path, datetime.now(UTC), lock_id, serial,
-                                 sha256, detail, digest, digest))
+    digest = hashlib.sha256(f"{path}{lock_id}{kind}".encode())
+    await cursor.execute(EVENT, (digest.hexdigest(), kind, path, datetime.now(UTC), lock_id,
+                                 serial, None if sha256 is None else bytes.fromhex(sha256),
+                                 detail, digest.digest()))
 
 
 #: Distinct payloads each floor client cycles through (made before the clock runs).

@@ -45,7 +45,8 @@ def truncate(harness: Harness, keep: int, tenant: str = DEFAULT_TENANT,
             cursor.execute("DELETE FROM events WHERE tenant_id = %s AND seq > %s",
                            (tenant, keep))
             if move_head:
-                cursor.execute("UPDATE tenants SET chain_seq = e.seq, chain_head = e.hash"
+                cursor.execute("UPDATE tenants SET chain_seq = e.seq,"
+                               " chain_head = coalesce(e.hash, encode(e.hash_bytes, 'hex'))"
                                " FROM events e WHERE tenants.id = %s AND e.tenant_id = %s"
                                " AND e.seq = %s", (tenant, tenant, keep))
     finally:

@@ -25,7 +25,7 @@ from kilolock.model import (
 )
 from kilolock.state_listing import ASCII_LOWER, ASCII_UPPER, check_listing
 from kilolock.store.postgres import rows
-from kilolock.store.postgres.rows import EVENT_COLUMNS
+from kilolock.store.postgres.rows import EVENT_COLUMNS_LIMITED
 from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresDashboard", "select_states_page"]
@@ -71,9 +71,10 @@ LEFT JOIN LATERAL (
     SELECT * FROM state_versions WHERE state_id = n.id ORDER BY number DESC LIMIT 1
 ) v ON true
 LEFT JOIN LATERAL (
-    SELECT {events} FROM events
-    WHERE tenant_id = %(tenant)s AND state_path = n.path AND sha256 = v.sha256
-    ORDER BY seq DESC LIMIT 1
+    SELECT {events} FROM events e
+    WHERE e.tenant_id = %(tenant)s AND e.state_path = n.path
+      AND coalesce(e.sha256, encode(e.sha256_bytes, 'hex')) = v.sha256
+    ORDER BY e.seq DESC LIMIT 1
 ) w ON true
 ORDER BY n.position
 """
@@ -106,7 +107,7 @@ def select_states_page(query: StateListQuery) -> tuple[str, str, dict[str, Any]]
         order = f'{_SORT_COLUMNS[query.sort]} {direction} {nulls}, s.path COLLATE "C" ASC'
     params.update(limit=query.limit, offset=query.offset)
     version = _SORT_VERSION if query.sort in _NEEDS_VERSION else ""
-    return (_PAGE.format(where=where, order=order, version=version, events=EVENT_COLUMNS),
+    return (_PAGE.format(where=where, order=order, version=version, events=EVENT_COLUMNS_LIMITED),
             _COUNT.format(where=where), params)
 
 

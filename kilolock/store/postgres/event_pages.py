@@ -18,7 +18,7 @@ from twisted.internet.defer import Deferred
 from kilolock.event_pages import EventPageQuery, escaped
 from kilolock.model import AuditEvent
 from kilolock.store.postgres import rows
-from kilolock.store.postgres.rows import EVENT_COLUMNS
+from kilolock.store.postgres.rows import EVENT_COLUMNS_LIMITED
 from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresEventPages", "select_events_page"]
@@ -44,8 +44,8 @@ def select_events_page(tenant: str, query: EventPageQuery) -> tuple[str, dict[st
     conditions = ["tenant_id = %(tenant)s"]
     conditions += [condition for name, condition in _CONDITIONS if params[name] is not None]
     order = "ASC" if query.ascending else "DESC"
-    return (f"SELECT {EVENT_COLUMNS} FROM events"  # noqa: S608 - constant fragments
-            f" WHERE {' AND '.join(conditions)} ORDER BY seq {order} LIMIT %(limit)s", params)
+    return (f"SELECT {EVENT_COLUMNS_LIMITED} FROM events e"  # noqa: S608 - constant fragments
+            f" WHERE {' AND '.join(conditions)} ORDER BY e.seq {order} LIMIT %(limit)s", params)
 
 
 class PostgresEventPages:

@@ -14,6 +14,7 @@ from typing import Any, overload
 
 from attrs import evolve
 
+from kilolock.audit import GENESIS
 from kilolock.model import (
     ApiToken,
     AuditEvent,
@@ -35,6 +36,7 @@ from kilolock.store.postgres.codecs import bytes_from_hex
 __all__ = [
     "ENVIRONMENT_COLUMNS",
     "EVENT_COLUMNS",
+    "EVENT_COLUMNS_LIMITED",
     "TENANT_COLUMNS",
     "TOKEN_COLUMNS",
     "VERSION_COLUMNS",
@@ -57,11 +59,38 @@ __all__ = [
 VERSION_COLUMNS = (
     "v.number, v.serial, v.lineage, v.sha256, v.size, v.created_at, v.principal, v.projected"
 )
-#: An C{events} row: L{event}.
-EVENT_COLUMNS = (
-    "seq, tenant_id, kind, state_path, principal, at, lock_id, serial, sha256, detail,"
-    " prev_hash, hash"
-)
+# An event's hash and sha256 as lowercase hex text, whichever form its row
+# holds (schema 12: text before, bytes since), for an C{events} row C{e};
+# its lock ID likewise (since schema 12 a uuid when it is one, in lowercase).
+_HASH = "coalesce({e}.hash, encode({e}.hash_bytes, 'hex'))"
+_SHA256 = "coalesce(e.sha256, encode(e.sha256_bytes, 'hex'))"
+# The prev_hash of an event stored without it (schema 12): L{GENESIS} at
+# seq 1; else, in a statement that reads all the rows it selects in
+# ascending seq, the hash of the row selected just before it when that is
+# the event before; else that event's, looked up by events_tenant_seq; NULL
+# when it is missing.
+_LOOKED_UP = (f"(SELECT {_HASH.format(e='ep')} FROM events ep"  # noqa: S608 - constants
+              " WHERE ep.tenant_id = e.tenant_id AND ep.seq = e.seq - 1)")
+_PREV_FROM_ROW_BEFORE = (f"CASE WHEN e.seq = 1 THEN '{GENESIS}'"
+                         " WHEN lag(e.seq) OVER (ORDER BY e.seq) = e.seq - 1"
+                         f" THEN lag({_HASH.format(e='e')}) OVER (ORDER BY e.seq)"
+                         f" ELSE {_LOOKED_UP} END")
+_PREV_LOOKED_UP = f"CASE WHEN e.seq = 1 THEN '{GENESIS}' ELSE {_LOOKED_UP} END"
+_COLUMNS = ("e.seq, e.tenant_id, e.kind, e.state_path, e.principal, e.at,"
+            " coalesce(e.lock_id, e.lock_uuid::text) AS lock_id,"
+            f" e.serial, {_SHA256} AS sha256, e.detail,"
+            " coalesce(e.prev_hash, {prev}, '') AS prev_hash,"
+            f" {_HASH.format(e='e')} AS hash")
+#: An C{events} row C{e}: L{event}, for a statement that reads every row it
+#: selects, ordered by C{e.seq} (ascending).  An event stored without its
+#: prev_hash (schema 12) gets the hash of the event before it in the
+#: tenant's chain, whether the statement selects it or not; an empty
+#: prev_hash when that event is missing (its own hash then does not verify).
+EVENT_COLUMNS = _COLUMNS.format(prev=_PREV_FROM_ROW_BEFORE)
+#: L{EVENT_COLUMNS} for a statement with a LIMIT, in either order: each
+#: prev_hash not stored is looked up (a window would read rows past the
+#: LIMIT: the next peer, in descending order the rest of a selective scan).
+EVENT_COLUMNS_LIMITED = _COLUMNS.format(prev=_PREV_LOOKED_UP)
 #: A C{tenants} row: L{tenant}.
 TENANT_COLUMNS = "id, slug, name, created_at, deleted_at"
 #: A C{workspaces} row: L{workspace}.

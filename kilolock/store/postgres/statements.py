@@ -253,8 +253,8 @@ def select_events(state_path: str | None, kinds: list[str] | None, since: dateti
                              ("at < %(until)s", until)):
         if value is not None:
             conditions.append(condition)
-    return (f"SELECT {EVENT_COLUMNS} FROM events"  # noqa: S608 - constant fragments
-            f" WHERE {' AND '.join(conditions)} ORDER BY seq")
+    return (f"SELECT {EVENT_COLUMNS} FROM events e"  # noqa: S608 - constant fragments
+            f" WHERE {' AND '.join(conditions)} ORDER BY e.seq")
 
 
 #: What every pooled session prepares once the schema is current.
