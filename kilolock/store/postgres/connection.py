@@ -13,25 +13,19 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import psycopg2
-from psycopg2.extensions import POLL_OK, POLL_READ, POLL_WRITE, new_type, register_type
+from psycopg2.extensions import new_type, register_type
 from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from txpostgres.reconnection import ConnectionDead, DeadConnectionDetector
 from txpostgres.retrying import simpleBackoffIterator
-from txpostgres.txpostgres import (
-    Connection,
-    Cursor,
-    RollbackFailed,
-    UnexpectedPollResult,
-    _PollingMixin,
-)
+from txpostgres.txpostgres import Connection, RollbackFailed, _PollingMixin
 
 from kilolock.store.postgres.dsn import CONNECT_TIMEOUT
 from kilolock.store.postgres.prepared import PreparedSQL
 
-__all__ = ["BYTEA_AS_HEX", "UNREACHABLE", "ConnectTimeout", "PooledConnection", "PromptCursor",
+__all__ = ["BYTEA_AS_HEX", "UNREACHABLE", "ConnectTimeout", "PooledConnection",
            "ReconnectingDetector", "session_usable"]
 
 log = Logger()
@@ -122,44 +116,6 @@ def session_usable(raw: Any) -> bool:
         return False
 
 
-class PromptCursor(Cursor):  # type: ignore[misc]
-    """A txpostgres cursor that hands a statement's outcome on in the reactor
-    turn that read it.  txpostgres's own waits one more turn (a C{callLater(0)}
-    per statement: a timer, a loop iteration and a poll of every descriptor)
-    before firing the same Deferred with the same result or failure."""
-
-    _pollingD: Deferred[Any] | None
-
-    def continuePolling(self, swallowErrors: bool = False) -> None:
-        try:
-            state = self.pollable().poll()
-        except Exception:
-            if self._pollingD is None:
-                if not swallowErrors:
-                    raise
-                return
-            self._waiting().errback(Failure())
-            return
-        if state == POLL_WRITE:
-            self.reactor.addWriter(self)
-        elif state == POLL_READ:
-            self.reactor.addReader(self)
-        elif self._pollingD is not None:
-            waiting = self._waiting()
-            if state == POLL_OK:
-                waiting.callback(self)
-            else:
-                waiting.errback(UnexpectedPollResult())
-        elif state != POLL_OK and not swallowErrors:
-            raise UnexpectedPollResult()
-
-    def _waiting(self) -> Deferred[Any]:
-        """The Deferred of the statement polled for, no longer waited on."""
-        waiting, self._pollingD = self._pollingD, None
-        assert waiting is not None
-        return waiting
-
-
 class _BeginWithFirstStatement:
     """A txpostgres cursor whose first C{execute} starts the transaction:
     C{BEGIN; <statement>} is one simple query, answered with the statement's
@@ -220,7 +176,6 @@ class PooledConnection(Connection):  # type: ignore[misc]
     asynchronous mode) and which can be closed in any state."""
 
     connect_timeout = CONNECT_TIMEOUT
-    cursorFactory = PromptCursor
     detector: ReconnectingDetector
     #: The PREPARE statements every session runs once the schema is current
     #: (set by the pool after the upgrade; None before).
