@@ -23,8 +23,10 @@ tss; server CPU per cycle (the server processes, and PostgreSQL's) from
         [--servers floor,memory,postgres,durable,tss] [--processes 1,2]
 
 C{--servers postgres,postgres-encrypted} compares encryption at rest off and
-on in the same run; with C{--interleave} both run at once, their rounds
-alternating, which is what to quote on a machine that other work disturbs.
+on in the same run; with C{--interleave} the servers run at once, their
+rounds in rotating order (ratios to the first server, and to C{floor} when
+it is one of them), which is what to quote on a machine that other work
+disturbs.
 C{--servers postgres-baseline,postgres --interleave} compares the code of
 another tree (C{KL_BENCH_BASELINE_TREE}, see C{servers.py}) with this one.
 """
@@ -210,22 +212,22 @@ def run_server(server: str, processes: int, clients: int, args: argparse.Namespa
     return result
 
 
-def interleaved(first: str, second: str, clients: int, args: argparse.Namespace,
+def interleaved(servers: list[str], clients: int, args: argparse.Namespace,
                 template: str, cluster: EmbeddedPostgres) -> None:
-    """Both servers running at once (each on a database of its own), their
-    rounds alternating (first/second, then second/first, ...), so that the
-    load of the machine falls on both alike; prints each round's ratio of
-    second to first (cycles/s and server CPU per cycle) and the medians."""
-    rates: dict[str, list[float]] = {first: [], second: []}
-    cpu: dict[str, list[float]] = {first: [], second: []}
-    database: dict[str, list[float]] = {first: [], second: []}
-    with started(first, 1, cluster) as (ports_a, own_a, _, _), \
-            started(second, 1, cluster) as (ports_b, own_b, _, _):
-        servers = {first: (ports_a, own_a), second: (ports_b, own_b)}
+    """The servers running at once (each on a database of its own), their
+    rounds in rotating order, so that the load of the machine falls on all
+    alike; prints, for each server after the first, each round's ratio to
+    the first (cycles/s and server CPU per cycle) and the medians, and with
+    C{floor} among them every server's ratio to the floor's rate."""
+    rates: dict[str, list[float]] = {server: [] for server in servers}
+    cpu: dict[str, list[float]] = {server: [] for server in servers}
+    database: dict[str, list[float]] = {server: [] for server in servers}
+    with contextlib.ExitStack() as stack:
+        up = {server: stack.enter_context(started(server, 1, cluster)) for server in servers}
         for round_index in range(args.rounds):
-            order = (first, second) if round_index % 2 == 0 else (second, first)
-            for server in order:
-                ports, own = servers[server]
+            shift = round_index % len(servers)
+            for server in servers[shift:] + servers[:shift]:
+                ports, own = up[server][0], up[server][1]
                 tag = f"{server}-{clients}-{round_index}-{uuid.uuid4().hex[:6]}"
                 run(server, ports, None, clients, 1.0, template, "warm" + tag, [])
                 before, began = (cpu_seconds(own), cluster_cpu(cluster)), time.monotonic()
@@ -234,16 +236,25 @@ def interleaved(first: str, second: str, clients: int, args: argparse.Namespace,
                 rates[server].append(rate)
                 cpu[server].append(1000 * (cpu_seconds(own) - before[0]) / cycles)
                 database[server].append(1000 * (cluster_cpu(cluster) - before[1]) / cycles)
-    ratios = [b / a for a, b in zip(rates[first], rates[second], strict=True)]
-    cpu_ratios = [b / a for a, b in zip(cpu[first], cpu[second], strict=True)]
-    print(f"interleaved, {clients} clients: {second}/{first} cycles/s median"
-          f" {statistics.median(ratios):.2f} (rounds {', '.join(f'{r:.2f}' for r in ratios)});"
-          f" server CPU ms per cycle median {statistics.median(cpu[first]):.3f} vs"
-          f" {statistics.median(cpu[second]):.3f}, ratio {statistics.median(cpu_ratios):.2f};"
-          f" database CPU ms per cycle {statistics.median(database[first]):.3f} vs"
-          f" {statistics.median(database[second]):.3f};"
-          f" cycles/s medians {statistics.median(rates[first]):.1f} vs"
-          f" {statistics.median(rates[second]):.1f}", flush=True)
+    first = servers[0]
+    for second in servers[1:]:
+        ratios = [b / a for a, b in zip(rates[first], rates[second], strict=True)]
+        cpu_ratios = [b / a for a, b in zip(cpu[first], cpu[second], strict=True)]
+        print(f"interleaved, {clients} clients: {second}/{first} cycles/s median"
+              f" {statistics.median(ratios):.2f} (rounds {', '.join(f'{r:.2f}' for r in ratios)});"
+              f" server CPU ms per cycle median {statistics.median(cpu[first]):.3f} vs"
+              f" {statistics.median(cpu[second]):.3f}, ratio {statistics.median(cpu_ratios):.2f};"
+              f" database CPU ms per cycle {statistics.median(database[first]):.3f} vs"
+              f" {statistics.median(database[second]):.3f};"
+              f" cycles/s medians {statistics.median(rates[first]):.1f} vs"
+              f" {statistics.median(rates[second]):.1f}", flush=True)
+    if "floor" in servers:
+        for server in servers:
+            if server != "floor":
+                ratios = [b / a for a, b in zip(rates["floor"], rates[server], strict=True)]
+                print(f"interleaved, {clients} clients: {server}/floor cycles/s median"
+                      f" {statistics.median(ratios):.3f}"
+                      f" (rounds {', '.join(f'{r:.3f}' for r in ratios)})", flush=True)
 
 
 def run(server: str, ports: list[int], dsn: str | None, clients: int, seconds: float,
@@ -271,8 +282,8 @@ def main() -> None:
     parser.add_argument("--processes", default="1",
                         help="Kilolock processes on the one PostgreSQL (e.g. 1,2)")
     parser.add_argument("--interleave", action="store_true",
-                        help="two Kilolock servers (e.g. postgres,postgres-encrypted) at once,"
-                             " rounds alternating: their ratio, less disturbed by load")
+                        help="the servers (e.g. postgres,postgres-encrypted) at once, rounds"
+                             " rotating: their ratios to the first, less disturbed by load")
     parser.add_argument("--synchronous-commit", choices=("on", "off"), default="on",
                         help="the cluster's synchronous_commit (off: commits do not wait"
                              " for the disk, so the servers' CPU decides the rate)")
@@ -286,7 +297,6 @@ def main() -> None:
     template = state_template()
     print(f"state size: {len(template.replace('{serial}', '1').encode())} bytes, 50 resources")
     if args.interleave:
-        first, second = servers
         with postgres_cluster() as cluster:
             if args.synchronous_commit == "off":
                 import psycopg
@@ -296,7 +306,7 @@ def main() -> None:
                     connection.execute("SELECT pg_reload_conf()")
                 print("synchronous_commit = off")
             for clients in client_counts:
-                interleaved(first, second, clients, args, template, cluster)
+                interleaved(servers, clients, args, template, cluster)
         return
     columns = [(server, count) for server in servers
                for count in (process_counts if server in ("postgres", ENCRYPTED, BASELINE)

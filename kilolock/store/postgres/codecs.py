@@ -97,15 +97,16 @@ class WriteParameters:
     def of(cls, upload: StateUpload) -> WriteParameters:
         """Quote C{upload}'s projection."""
         projection = upload.parsed.projection or Projection()
+        # One f-string a row (the text fields of a row are str, deposed may
+        # be None): a third cheaper than concatenating its pieces.
+        quote, text, safe = _encode_json_string, _text, jsonb_safe
         resources = [
-            ("{" if index == 0 else ",{")
-            + '"address":' + _text(row.address) + ',"module":' + _text(row.module)
-            + ',"mode":' + _text(row.mode) + ',"type":' + _text(row.type)
-            + ',"name":' + _text(row.name) + ',"provider":' + _text(row.provider)
-            + ',"index_key":' + (jsonb_safe(row.index_key) if row.index_key is not None
-                                 else "null")
-            + ',"deposed":' + _text(row.deposed)
-            + ',"attributes":' + jsonb_safe(row.attributes) + "}"
+            f'{"," if index else ""}{{"address":{quote(row.address)}'
+            f',"module":{quote(row.module)},"mode":{quote(row.mode)}'
+            f',"type":{quote(row.type)},"name":{quote(row.name)}'
+            f',"provider":{quote(row.provider)}'
+            f',"index_key":{"null" if row.index_key is None else safe(row.index_key)}'
+            f',"deposed":{text(row.deposed)},"attributes":{safe(row.attributes)}}}'
             for index, row in enumerate(projection.resources)]
         dependencies = json.dumps([{"address": row.address, "depends_on": row.depends_on}
                                    for row in projection.dependencies])
