@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from kilolock.text_rules import (
     check_text,
     clean_text,
     load_json,
+    stored_members,
 )
 
 if TYPE_CHECKING:
@@ -145,11 +145,7 @@ class LockInfo:
         """A LockInfo a store kept (it passed L{from_bytes} when it arrived,
         or an older, laxer check): never raises.  Fields that cannot be read
         are empty."""
-        try:
-            doc = json.loads(raw)
-        except (ValueError, RecursionError):
-            doc = None
-        return cls._of(raw, doc if isinstance(doc, dict) else {})
+        return cls._of(raw, stored_members(raw))
 
     @classmethod
     def _of(cls, raw: bytes, doc: dict[str, Any]) -> LockInfo:

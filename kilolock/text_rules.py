@@ -66,6 +66,7 @@ __all__ = [
     "load_json",
     "nesting_depth",
     "stored_document",
+    "stored_members",
     "text_problem",
     "whole_number",
 ]
@@ -321,6 +322,84 @@ def stored_document(raw: bytes | str) -> Any:
             and nesting_depth(document) > MAX_JSON_DEPTH):
         return None
     return document
+
+
+def stored_members(raw: bytes) -> dict[str, Any]:
+    """The members of a JSON object a store kept, for reading its top-level
+    fields whatever the caller's stack: C{{}} when it is not a JSON object.
+
+    C{json.loads} decodes nesting by recursion, so whether a deeply nested
+    document decodes depends on how deep the calling stack already is (a
+    Deferred's callbacks run some frames deeper than a direct call).  When it
+    does not, the object is read member by member instead: nested values
+    are skipped (read as None) by a bracket scan that does not recurse,
+    scalar values decoded on their own.  Either way a scalar member reads
+    the same.  (The skipped values are not checked to be JSON: a store only
+    keeps documents that were.)
+    """
+    try:
+        text = raw.decode("utf-8")
+        document = json.loads(text)
+    except RecursionError:
+        return _members_without_recursion(text)
+    except ValueError:
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+#: A JSON string, or a bracket outside strings.
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def _members_without_recursion(text: str) -> dict[str, Any]:
+    members: dict[str, Any] = {}
+    decode = json.JSONDecoder().raw_decode
+    whitespace = re.compile(r"[ \t\n\r]*")
+
+    def skip(position: int) -> int:
+        match = whitespace.match(text, position)
+        assert match is not None
+        return match.end()
+
+    try:
+        position = skip(0)
+        if text[position:position + 1] != "{":
+            return {}
+        position = skip(position + 1)
+        while text[position:position + 1] == '"':
+            key, position = decode(text, position)
+            position = skip(position)
+            if text[position:position + 1] != ":":
+                return {}
+            position = skip(position + 1)
+            if text[position:position + 1] in ("[", "{"):
+                members[key], position = None, _container_end(text, position)
+            else:
+                members[key], position = decode(text, position)
+            position = skip(position)
+            if text[position:position + 1] != ",":
+                break
+            position = skip(position + 1)
+    except ValueError:
+        return {}
+    if text[position:position + 1] != "}" or skip(position + 1) != len(text):
+        return {}
+    return members
+
+
+def _container_end(text: str, position: int) -> int:
+    """The position after the array or object that starts at C{position}.
+    @raise ValueError: it does not end."""
+    depth = 0
+    for token in _STRING_OR_BRACKET.finditer(text, position):
+        bracket = token.group()
+        if bracket in ("[", "{"):
+            depth += 1
+        elif bracket in ("]", "}"):
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    raise ValueError("unterminated")
 
 
 def nesting_depth(document: Any, limit: int = MAX_JSON_DEPTH) -> int:

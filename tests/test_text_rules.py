@@ -27,6 +27,7 @@ from kilolock.text_rules import (
     load_json,
     nesting_depth,
     stored_document,
+    stored_members,
     whole_number,
 )
 from kilolock.web.body import unlock_lock_id
@@ -245,6 +246,50 @@ def test_stored_document_never_raises(raw: bytes) -> None:
     json_bytes(document)
     assert stored_document(b'{"n": [1e400, 2]}') == {"n": ["1e400", 2]}
     assert stored_document(nested(MAX_JSON_DEPTH + 1)) is None
+
+
+def _at_stack_depth(frames: int, call: Any) -> Any:
+    """C{call()} from C{frames} frames deeper than here."""
+    return call() if frames == 0 else _at_stack_depth(frames - 1, call)
+
+
+#: A lock stored by an older Kilolock: its Info nests 900 levels, which
+#: json.loads decodes from a shallow stack and not from a deep one.
+DEEP_LOCK = (b'{"ID": "old-lock", "Who": "eve", "Info": ' + nested(900)
+             + b', "Operation": "OperationTypeApply", "Deeper": {"a": ' + nested(5000, '"]}"')
+             + b'}, "Version": "1.15.5"}')
+
+
+@pytest.mark.parametrize("frames", [0, 50, 150, 400, 800])
+def test_a_stored_lock_reads_alike_at_any_stack_depth(frames: int) -> None:
+    """The fields of a stored LockInfo do not depend on how deep the stack
+    is that reads it (they did: a deeply nested Info decoded or raised
+    RecursionError depending on the caller, and a force-unlock lost the
+    holder it had to compare with)."""
+    lock = _at_stack_depth(frames, lambda: LockInfo.stored(DEEP_LOCK))
+    assert (lock.id, lock.who, lock.operation, lock.version) == (
+        "old-lock", "eve", "OperationTypeApply", "1.15.5")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(ANY_TEXT, DOCUMENTS, max_size=5))
+def test_stored_members_without_recursion_read_what_json_reads(document: dict[str, Any]
+                                                               ) -> None:
+    """Read member by member (the path a RecursionError takes), an object
+    gives json.loads' scalar members and None for its nested ones."""
+    from kilolock.text_rules import _members_without_recursion
+
+    text = json.dumps(document)
+    assert stored_members(text.encode("utf-8", "surrogatepass")) == json.loads(text)
+    expected = {key: None if isinstance(value, list | dict) else value
+                for key, value in json.loads(text).items()}
+    assert _members_without_recursion(text) == expected
+
+
+@pytest.mark.parametrize("raw", [b"", b"[1]", b"nope", b'{"a": [1, 2}', b"\xff", b'"text"',
+                                 b'{"ID": ' + nested(5000)])
+def test_stored_members_of_what_is_not_an_object_are_empty(raw: bytes) -> None:
+    assert _at_stack_depth(900, lambda: stored_members(raw)) == {}
 
 
 # -- the database's own refusals ----------------------------------------------------------
