@@ -46,6 +46,7 @@ from kilolock.json_fast import UNDECIDED, fast_decode
 
 __all__ = [
     "INVALID_UNICODE",
+    "JSON_WHITESPACE",
     "MAX_JSON_DEPTH",
     "MAX_LOCK_ID_LENGTH",
     "MAX_LOCK_INFO_BYTES",
@@ -65,6 +66,7 @@ __all__ = [
     "decode_utf8",
     "load_json",
     "nesting_depth",
+    "skip_json_whitespace",
     "stored_document",
     "stored_members",
     "text_problem",
@@ -324,6 +326,18 @@ def stored_document(raw: bytes | str) -> Any:
     return document
 
 
+#: JSON's whitespace (its four characters, nothing else).
+JSON_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+def skip_json_whitespace(text: str, position: int) -> int:
+    """The position of the first character at or after C{position} that is
+    not JSON whitespace."""
+    match = JSON_WHITESPACE.match(text, position)
+    assert match is not None
+    return match.end()
+
+
 def stored_members(raw: bytes) -> dict[str, Any]:
     """The members of a JSON object a store kept, for reading its top-level
     fields whatever the caller's stack: C{{}} when it is not a JSON object.
@@ -354,12 +368,9 @@ _STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 def _members_without_recursion(text: str) -> dict[str, Any]:
     members: dict[str, Any] = {}
     decode = json.JSONDecoder().raw_decode
-    whitespace = re.compile(r"[ \t\n\r]*")
 
     def skip(position: int) -> int:
-        match = whitespace.match(text, position)
-        assert match is not None
-        return match.end()
+        return skip_json_whitespace(text, position)
 
     try:
         position = skip(0)

@@ -31,19 +31,18 @@ projected as the string C{"Infinity"} or C{"-Infinity"}.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
 from kilolock.errors import InvalidState, InvalidText
 from kilolock.json_fast import UNDECIDED, fast_decode
 from kilolock.model import ParsedState
-from kilolock.text_rules import MAX_JSON_DEPTH, TOO_DEEP, check_depth
+from kilolock.text_rules import MAX_JSON_DEPTH, TOO_DEEP, check_depth, skip_json_whitespace
 from kilolock.tfstate_json import clean_text, is_json_integer, json_kind
 from kilolock.tfstate_projection import StreamedResources, project_state
 from kilolock.tfstate_redaction import REDACTED
 
-__all__ = ["JSON_DECODER", "JSON_WHITESPACE", "PIECEWISE_THRESHOLD", "REDACTED",
+__all__ = ["JSON_DECODER", "PIECEWISE_THRESHOLD", "REDACTED",
            "SUPPORTED_VERSION", "is_envelope", "parse_state", "project_state"]
 
 SUPPORTED_VERSION = 4
@@ -142,16 +141,12 @@ def _reject_constant(name: str) -> Any:
 
 
 JSON_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-JSON_WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 #: Bodies at least this long (in characters) are decoded piece by piece.
 PIECEWISE_THRESHOLD = 1 << 20
 
 
-def _skip(text: str, position: int) -> int:
-    match = JSON_WHITESPACE.match(text, position)
-    assert match is not None
-    return match.end()
+_skip = skip_json_whitespace
 
 
 def _decode_piecewise(text: str, streamed: StreamedResources | None = None) -> Any:

@@ -30,7 +30,8 @@ from typing import Any
 from attrs import frozen
 
 from kilolock.errors import EncryptedState, InvalidState
-from kilolock.tfstate import JSON_DECODER, JSON_WHITESPACE, SUPPORTED_VERSION, is_envelope
+from kilolock.text_rules import JSON_WHITESPACE
+from kilolock.tfstate import JSON_DECODER, SUPPORTED_VERSION, is_envelope
 
 __all__ = ["WINDOW", "Member", "ResourceVisitor", "scan_state"]
 
