@@ -81,14 +81,60 @@ def test_every_answer_carries_the_security_headers() -> None:
 
 
 def test_open_mode_shows_everything_with_a_banner() -> None:
-    """Without authentication every visitor gets a session and sees the
-    states, under a banner saying that auth is off."""
+    """Without authentication every visitor sees the states, under a banner
+    saying that auth is off."""
     site = DashboardSite("open")
     site.api("POST", "/v1/states/app", state_body(3))
     page = site.browser().get("/ui/")
     assert page.status == 200
     assert b"Authentication is off" in page.body
     assert b'href="/ui/states/app"' in page.body
+
+
+def test_open_mode_sessions_live_in_the_cookie_only() -> None:
+    """Open mode stores no session: a visitor without a cookie gets a new
+    secret in an HttpOnly, SameSite=Strict cookie with every page (and no
+    row: a client that keeps no cookie used to add one per page); a visitor
+    with one keeps it."""
+    site = DashboardSite("open")
+    site.api("POST", "/v1/states/app", state_body(1))
+    cookies = set()
+    for _ in range(20):
+        reply = site.browser().get("/ui/states/app")
+        assert reply.status == 200
+        (cookie,) = reply.headers[b"set-cookie"]
+        assert b"HttpOnly" in cookie and b"SameSite=strict" in cookie
+        cookies.add(cookie.split(b";")[0])
+    assert len(cookies) == 20
+    assert site.store._sessions == {}
+    browser = site.browser()
+    browser.get("/ui/")
+    kept = browser.cookie
+    assert kept is not None and b"set-cookie" not in browser.get("/ui/states/app").headers
+    assert browser.cookie == kept and site.store._sessions == {}
+
+
+def test_open_mode_force_unlock_needs_the_csrf_token_of_its_own_cookie() -> None:
+    """Open mode's CSRF token is bound to the visitor's cookie: the form's
+    token releases the lock for that visitor only; another visitor's
+    token, or none, is a 403 and releases nothing."""
+    site = DashboardSite("open")
+    site.api("POST", "/v1/states/app", state_body(1))
+    site.api("LOCK", "/v1/states/app", lock_body("L-1", who="ci@runner"))
+    visitor, other = site.browser(), site.browser()
+    csrf = visitor.csrf("/ui/states/app/-/unlock")
+    others = other.csrf("/ui/states/app/-/unlock")
+    assert csrf != others
+    assert visitor.post("/ui/states/app/-/unlock", {"lock_id": "L-1"}).status == 403
+    assert visitor.post("/ui/states/app/-/unlock",
+                        {"csrf": others, "lock_id": "L-1"}).status == 403
+    assert site.browser().post("/ui/states/app/-/unlock",
+                               {"csrf": csrf, "lock_id": "L-1"}).status == 403
+    assert b"L-1" in visitor.get("/ui/states/app").body
+    done = visitor.post("/ui/states/app/-/unlock", {"csrf": csrf, "lock_id": "L-1"})
+    assert (done.status, done.header(b"location")) == (303, b"/ui/states/app")
+    assert site.store._events[DEFAULT_TENANT][-1].kind == LOCK_FORCE_RELEASE
+    assert site.store._sessions == {}
 
 
 def test_static_sign_in_session_cookie_and_sign_out() -> None:

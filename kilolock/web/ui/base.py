@@ -254,14 +254,17 @@ class UiResource(AsyncResource):
                                  error_content(message), status)
 
     async def viewer(self, request: Request) -> Viewer:
-        """The signed-in viewer (in the open mode, a session is started for
-        anyone).  @raise SignInNeeded: no live session."""
-        session = await self.dashboard.sessions.find(request)
+        """The signed-in viewer (in the open mode, anyone: an anonymous
+        session kept in its cookie only).  @raise SignInNeeded: no live
+        session."""
+        session: UiSession | None
+        if self.dashboard.open:
+            session = self.dashboard.sessions.anonymous(
+                request, Principal(tenant=DEFAULT_TENANT, name="anonymous"))
+        else:
+            session = await self.dashboard.sessions.find(request)
         if session is None:
-            if not self.dashboard.open:
-                raise SignInNeeded()
-            session = await self.dashboard.sessions.start(
-                request, Principal(tenant=DEFAULT_TENANT, name="anonymous"), None)
+            raise SignInNeeded()
         principal = evolve(session.principal, address=client_address(request))
         context_of(request).principal = principal
         return Viewer(principal, session)

@@ -70,6 +70,10 @@ def is_secure(request: Request) -> bool:
     return bool(request.isSecure())
 
 
+#: What an anonymous session's CSRF token is derived from, before its secret.
+_ANONYMOUS_CSRF = b"kilolock-ui-anonymous-csrf:"
+
+
 @define
 class SessionKeeper:
     """Starts, finds and ends sessions; C{clock} says what time it is."""
@@ -102,6 +106,23 @@ class SessionKeeper:
         request.addCookie(COOKIE, secret.encode(), path=BASE_PATH, max_age=str(int(self.seconds)),
                           httpOnly=True, sameSite="strict", secure=is_secure(request))
         return session
+
+    def anonymous(self, request: Request, principal: Principal) -> UiSession:
+        """The open mode's session of C{principal}: kept in the browser's
+        cookie alone, never stored (a visitor that keeps no cookie would
+        otherwise add a stored session with every page it asks for).  Its
+        CSRF token is derived from the cookie's secret, which other sites
+        can neither read nor send (HttpOnly, SameSite=Strict); a request
+        without the cookie gets a new secret in a new cookie."""
+        secret = request.getCookie(COOKIE)
+        now = self.now()
+        if not secret:
+            secret = secrets.token_urlsafe(32).encode()
+            request.addCookie(COOKIE, secret, path=BASE_PATH, max_age=str(int(self.seconds)),
+                              httpOnly=True, sameSite="strict", secure=is_secure(request))
+        return UiSession(id_hash=digest(secret), principal=principal, credential_digest=None,
+                         csrf=digest(_ANONYMOUS_CSRF + secret), created_at=now,
+                         expires_at=now + timedelta(seconds=self.seconds))
 
     async def find(self, request: Request) -> UiSession | None:
         """@return: (awaited) the live session of the request's cookie, or
