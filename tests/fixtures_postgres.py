@@ -24,12 +24,13 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg2
 import pytest
+import pytest_twisted
 from psycopg2 import sql
 from psycopg2.extensions import make_dsn, parse_dsn
 
@@ -169,6 +170,20 @@ def postgres_dsn(postgres_session_database: str) -> str:
     for this test)."""
     empty_database(postgres_session_database)
     return postgres_session_database
+
+
+@pytest_twisted.async_yield_fixture
+async def started_postgres_store(postgres_dsn: str) -> AsyncIterator[Any]:
+    """A started L{PostgresStateStore} (two pooled connections) on
+    L{postgres_dsn}'s empty database, stopped after the test."""
+    from twisted.internet import reactor
+
+    from kilolock.store.postgres.store import PostgresStateStore
+
+    built = PostgresStateStore(postgres_dsn, reactor, pool_size=2)
+    await built.start()
+    yield built
+    await built.stop()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg2
@@ -48,14 +48,9 @@ def everything_is_large(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(large, "LARGE_TRANSFER_BYTES", 1)
 
 
-@pytest_twisted.async_yield_fixture
-async def store(postgres_dsn: str) -> AsyncIterator[Any]:
-    from twisted.internet import reactor
-
-    built = PostgresStateStore(postgres_dsn, reactor, pool_size=2)
-    await built.start()
-    yield built
-    await built.stop()
+@pytest.fixture
+def store(started_postgres_store: Any) -> Any:
+    return started_postgres_store
 
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import psycopg2
@@ -72,14 +72,9 @@ def everything_is_large(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(large, "LARGE_TRANSFER_BYTES", 1)
 
 
-@pytest_twisted.async_yield_fixture
-async def store(postgres_dsn: str) -> AsyncIterator[Any]:
-    from twisted.internet import reactor
-
-    built = PostgresStateStore(postgres_dsn, reactor, pool_size=2)
-    await built.start()
-    yield built
-    await built.stop()
+@pytest.fixture
+def store(started_postgres_store: Any) -> Any:
+    return started_postgres_store
 
 
 def write(store: Any, body: bytes, lock_id: str | None = None,

@@ -5,7 +5,6 @@ index of versions by sha256 is a hash index; events have no id column."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg2
@@ -14,7 +13,6 @@ import pytest_twisted
 from stub_client import state_body
 
 from kilolock.model import DEFAULT_TENANT, Principal, StateKey
-from kilolock.store.postgres.store import PostgresStateStore
 from kilolock.web.body import prepare_upload
 
 pytestmark = pytest.mark.postgres
@@ -23,14 +21,9 @@ ALICE = Principal(DEFAULT_TENANT, "alice")
 TABLES = ("resources", "resource_dependencies", "outputs")
 
 
-@pytest_twisted.async_yield_fixture
-async def store(postgres_dsn: str) -> AsyncIterator[Any]:
-    from twisted.internet import reactor
-
-    built = PostgresStateStore(postgres_dsn, reactor, pool_size=2)
-    await built.start()
-    yield built
-    await built.stop()
+@pytest.fixture
+def store(started_postgres_store: Any) -> Any:
+    return started_postgres_store
 
 
 def _query(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

@@ -4,7 +4,6 @@ transactions take few round trips (the write cycle's cost)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg2
@@ -24,14 +23,9 @@ ALICE = Principal(DEFAULT_TENANT, "alice")
 KEY = StateKey(DEFAULT_TENANT, "rounds")
 
 
-@pytest_twisted.async_yield_fixture
-async def store(postgres_dsn: str) -> AsyncIterator[Any]:
-    from twisted.internet import reactor
-
-    built = PostgresStateStore(postgres_dsn, reactor, pool_size=2)
-    await built.start()
-    yield built
-    await built.stop()
+@pytest.fixture
+def store(started_postgres_store: Any) -> Any:
+    return started_postgres_store
 
 
 def tenant_exists(dsn: str, tenant: str) -> bool:
