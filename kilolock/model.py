@@ -181,7 +181,12 @@ class HeldLock:
 
 @frozen
 class ResourceRow:
-    """One resource instance (or deposed object) of a state's current version."""
+    """One resource instance (or deposed object) of a state's current version.
+
+    Its JSON text (C{index_key}, C{attributes}) is storable as jsonb as it
+    is: the projection replaced NUL and unpaired surrogates
+    (L{kilolock.text_rules.clean_json_text}), so stores splice it in
+    unchecked."""
 
     address: str
     module: str
@@ -202,6 +207,9 @@ class DependencyRow:
 
 @frozen
 class OutputRow:
+    """A root output; its JSON text is storable as jsonb, like
+    L{ResourceRow}'s."""
+
     name: str
     type: str | None  # JSON text of the output's type
     value: str | None  # JSON text; None when sensitive

@@ -18,9 +18,8 @@ from attrs import define, field
 from psycopg2.extensions import ISQLQuote
 
 from kilolock.model import Projection, StateUpload
-from kilolock.text_rules import clean_json_text
 
-__all__ = ["SQLLiteral", "WriteParameters", "bytes_from_hex", "jsonb_safe"]
+__all__ = ["SQLLiteral", "WriteParameters", "bytes_from_hex"]
 
 #: Bytes quoted or decoded per step, so that a thread doing it releases the
 #: GIL often.
@@ -34,14 +33,6 @@ def bytes_from_hex(hex_text: str) -> bytes:
         raise ValueError("expected bytea in hex format")
     return b"".join(bytes.fromhex(hex_text[start:start + 2 * _QUOTING_CHUNK])
                     for start in range(2, len(hex_text), 2 * _QUOTING_CHUNK))
-
-
-def jsonb_safe(text: str) -> str:
-    """C{text} (JSON) with NUL characters and unpaired surrogates replaced by
-    U+FFFD, as jsonb requires (a state may hold them inside attribute values:
-    they are valid JSON); unchanged (and fast) in the usual case.  The rule
-    is L{kilolock.text_rules.clean_json_text}'s."""
-    return clean_json_text(text)
 
 
 class SQLLiteral:
@@ -77,8 +68,9 @@ def _text(value: str | None) -> str:
 class WriteParameters:
     """What a write sends besides small values: the projection as three JSON
     arrays of row objects (parameters of the schema's C{kl_write_state}),
-    pre-quoted, and their digests.  Attribute JSON is spliced in as it is
-    (after L{jsonb_safe}), never parsed again."""
+    pre-quoted, and their digests.  Attribute JSON is spliced in as it is,
+    never parsed again: the projection made it storable as jsonb
+    (L{kilolock.tfstate_projection})."""
 
     resources: SQLLiteral
     dependencies: SQLLiteral
@@ -99,21 +91,21 @@ class WriteParameters:
         projection = upload.parsed.projection or Projection()
         # One f-string a row (the text fields of a row are str, deposed may
         # be None): a third cheaper than concatenating its pieces.
-        quote, text, safe = _encode_json_string, _text, jsonb_safe
+        quote, text = _encode_json_string, _text
         resources = [
             f'{"," if index else ""}{{"address":{quote(row.address)}'
             f',"module":{quote(row.module)},"mode":{quote(row.mode)}'
             f',"type":{quote(row.type)},"name":{quote(row.name)}'
             f',"provider":{quote(row.provider)}'
-            f',"index_key":{"null" if row.index_key is None else safe(row.index_key)}'
-            f',"deposed":{text(row.deposed)},"attributes":{safe(row.attributes)}}}'
+            f',"index_key":{"null" if row.index_key is None else row.index_key}'
+            f',"deposed":{text(row.deposed)},"attributes":{row.attributes}}}'
             for index, row in enumerate(projection.resources)]
         dependencies = json.dumps([{"address": row.address, "depends_on": row.depends_on}
                                    for row in projection.dependencies])
         outputs = json.dumps([
             {"name": row.name,
-             "type": None if row.type is None else jsonb_safe(row.type),
-             "value": None if row.value is None else jsonb_safe(row.value),
+             "type": row.type,
+             "value": row.value,
              "sensitive": row.sensitive}
             for row in projection.outputs])
         resource_parts = ["[", *resources, "]"]

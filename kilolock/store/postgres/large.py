@@ -22,7 +22,6 @@ from kilolock.atrest.stored import StoredPayload
 from kilolock.model import Projection, ResourceRow, StateUpload, StateVersion
 from kilolock.store.postgres import statements
 from kilolock.store.postgres.blocking import binary_copy, text_copy
-from kilolock.store.postgres.codecs import jsonb_safe
 
 __all__ = ["LARGE_PROJECTION_ROWS", "LARGE_TRANSFER_BYTES", "LARGE_UPLOAD_BYTES", "BulkWrite",
            "copy_dependencies_and_outputs", "copy_projection_txn", "copy_resources",
@@ -100,8 +99,7 @@ def copy_resources(cursor: Any, state_id: int, version_id: int,
         statements.COPY_RESOURCES,
         text_copy((state_id, version_id, ordinal, row.address, row.module, row.mode, row.type,
                    row.name, row.provider,
-                   None if row.index_key is None else jsonb_safe(row.index_key),
-                   row.deposed, jsonb_safe(row.attributes))
+                   row.index_key, row.deposed, row.attributes)
                   for ordinal, row in enumerate(resources, first)))
 
 
@@ -115,8 +113,7 @@ def copy_dependencies_and_outputs(cursor: Any, state_id: int, version_id: int,
     cursor.copy_in(
         statements.COPY_OUTPUTS,
         text_copy((state_id, version_id, ordinal, row.name,
-                   None if row.type is None else jsonb_safe(row.type),
-                   None if row.value is None else jsonb_safe(row.value), row.sensitive)
+                   row.type, row.value, row.sensitive)
                   for ordinal, row in enumerate(projection.outputs, 1)))
 
 
