@@ -149,6 +149,7 @@ class Growth:
     snapshots: float
     row: float
     autovacuums: dict[str, int]
+    resources_at_end: int
 
 
 def measure(cluster: Any, kind: str, states: int, versions: int, vacuum_every: int,
@@ -177,7 +178,8 @@ def measure(cluster: Any, kind: str, states: int, versions: int, vacuum_every: i
                  for name, size in indexes_after.items()},
         kinds=kinds, payload=payload, snapshots=snapshots, row=row,
         autovacuums={table: count - autovacuums_before.get(table, 0)
-                     for table, count in autovacuums_after.items()})
+                     for table, count in autovacuums_after.items()},
+        resources_at_end=after["resources"])
 
 
 def main() -> None:
@@ -230,6 +232,8 @@ def main() -> None:
     print("| autovacuum runs during the measurement | " + " | ".join(
         ", ".join(f"{table} {count}" for table, count in sorted(results[kind].autovacuums.items())
                   if count) or "none" for kind in kinds) + " |")
+    print("| the projection's resources at the end (one version per state), bytes | " + " | ".join(
+        f"{results[kind].resources_at_end}" for kind in kinds) + " |")
     print(f"| a version row, bytes | {header} |")
     print("|---|" + "---|" * len(kinds))
     print("| payload (snapshot share) | " + " | ".join(
