@@ -2,7 +2,7 @@
 
 Kilolock (PostgreSQL store, an embedded cluster of the benchmark's own) gets
 --states states, each rewritten --versions times by Terraform's cycle (LOCK
--> POST ?ID= -> UNLOCK) with 2 of its 50 resources changed each time
+-> POST ?ID= -> UNLOCK) with 2 (--changed) of its 50 resources changed each time
 (bench/state_history.py: the realistic 41 KB state).  Printed: the growth of
 every table (heap, TOAST and indexes) from the first versions to the last,
 per version written, after a VACUUM (so that dead rows, e.g. replaced
@@ -10,7 +10,7 @@ projection rows, count once as reusable space, as with autovacuum), and the
 bytes a GET of a version returns checked against what was written.
 
     python bench/db_growth.py [--states 20] [--versions 50] [--vacuum-every N]
-        [--kinds postgres-baseline,postgres]
+        [--no-vacuum] [--changed 2] [--kinds postgres-baseline,postgres]
 
 With C{--kinds} several server kinds are measured in the same run, each on
 a database of its own (C{postgres-baseline}: the code of another source
@@ -23,6 +23,11 @@ With C{--vacuum-every N} a VACUUM also runs after every N versions of each
 state, as autovacuum would on a busy table: dead projection rows are then
 reused within the window instead of counting once each.  Also printed: each
 index's growth, and each event kind's average row size (its hashes apart).
+
+With C{--no-vacuum} no VACUUM runs at all: the growth is the files' as the
+writes left them, dead rows included, less only what PostgreSQL reclaimed
+by itself -- page pruning, or autovacuum, whose runs on each table during
+the measurement are printed.
 """
 
 from __future__ import annotations
@@ -64,6 +69,14 @@ def event_sizes(dsn: str) -> list[tuple[str, int, float, float]]:
                     " FROM events e GROUP BY kind ORDER BY kind").fetchall()]
 
 
+def autovacuums(dsn: str) -> dict[str, int]:
+    """How many times autovacuum has vacuumed each table measured."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        return {str(name): int(count) for name, count in connection.execute(
+            "SELECT relname, autovacuum_count FROM pg_stat_user_tables"
+            " WHERE relname = ANY(%s)", (list(TABLES),)).fetchall()}
+
+
 def index_sizes(dsn: str) -> dict[str, int]:
     """Each index of the tables measured, in bytes."""
     with psycopg.connect(dsn, autocommit=True) as connection:
@@ -73,10 +86,12 @@ def index_sizes(dsn: str) -> dict[str, int]:
             (list(TABLES),)).fetchall()}
 
 
-def sizes(dsn: str) -> dict[str, int]:
-    """Each table's size in bytes (heap, TOAST, indexes) after a VACUUM."""
+def sizes(dsn: str, vacuum: bool = True) -> dict[str, int]:
+    """Each table's size in bytes (heap, TOAST, indexes), after a VACUUM
+    when C{vacuum}."""
     with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute("VACUUM")
+        if vacuum:
+            connection.execute("VACUUM")
         return {table: int(connection.execute("SELECT pg_total_relation_size(%s)",
                                                (table,)).fetchone()[0])  # type: ignore[index]
                 for table in TABLES}
@@ -133,23 +148,27 @@ class Growth:
     payload: float
     snapshots: float
     row: float
+    autovacuums: dict[str, int]
+    resources_at_end: int
 
 
 def measure(cluster: Any, kind: str, states: int, versions: int, vacuum_every: int,
-            bodies: list[list[bytes]]) -> Growth:
+            bodies: list[list[bytes]], vacuum: bool = True) -> Growth:
     """Write the histories through a server of C{kind} on a new database."""
     warm = 5
     dsn = new_database(cluster, "growth_" + kind.replace("-", "_"))
     with running(kind, ["--database", dsn]) as (port, _):
         asyncio.run(write_all(port, states, bodies, 0, warm))
-        before, indexes_before = sizes(dsn), index_sizes(dsn)
+        before, indexes_before = sizes(dsn, vacuum), index_sizes(dsn)
+        autovacuums_before = autovacuums(dsn)
         step = vacuum_every or versions
         for start in range(warm, warm + versions, step):
             asyncio.run(write_all(port, states, bodies, start,
                                   min(start + step, warm + versions)))
             if vacuum_every:
                 sizes(dsn)  # a VACUUM, as autovacuum would run
-        after, indexes_after = sizes(dsn), index_sizes(dsn)
+        after, indexes_after = sizes(dsn, vacuum), index_sizes(dsn)
+        autovacuums_after = autovacuums(dsn)
         kinds = event_sizes(dsn)
         payload, snapshots, row = payload_figures(dsn)
     written = states * versions
@@ -157,7 +176,10 @@ def measure(cluster: Any, kind: str, states: int, versions: int, vacuum_every: i
         tables={table: (after[table] - before[table]) / written for table in TABLES},
         indexes={name: (size - indexes_before.get(name, 0)) / written
                  for name, size in indexes_after.items()},
-        kinds=kinds, payload=payload, snapshots=snapshots, row=row)
+        kinds=kinds, payload=payload, snapshots=snapshots, row=row,
+        autovacuums={table: count - autovacuums_before.get(table, 0)
+                     for table, count in autovacuums_after.items()},
+        resources_at_end=after["resources"])
 
 
 def main() -> None:
@@ -168,19 +190,30 @@ def main() -> None:
     parser.add_argument("--vacuum-every", type=int, default=0,
                         help="VACUUM after every N versions of each state (as autovacuum"
                              " would), not only before and after")
+    parser.add_argument("--changed", type=int, default=2,
+                        help="resources changed by each version, of 50")
+    parser.add_argument("--no-vacuum", action="store_true",
+                        help="no VACUUM at all, not even before and after: the growth as"
+                             " the writes left the files")
     parser.add_argument("--kinds", default="postgres",
                         help="comma-separated server kinds, each on a database of its own in"
                              f" the same cluster, e.g. {BASELINE},postgres (the baseline's"
                              " tree in KL_BENCH_BASELINE_TREE)")
     args = parser.parse_args()
+    if args.no_vacuum and args.vacuum_every:
+        parser.error("--no-vacuum and --vacuum-every exclude each other")
     kinds = args.kinds.split(",")
-    bodies = [list(history(5 + args.versions, seed=index)) for index in range(args.states)]
-    print(f"state size: {len(bodies[0][0])} bytes, 50 resources, 2 changed per version")
+    bodies = [list(history(5 + args.versions, changed=args.changed, seed=index))
+              for index in range(args.states)]
+    print(f"state size: {len(bodies[0][0])} bytes, 50 resources, {args.changed} changed per"
+          " version")
     with postgres_cluster() as cluster:
         results = {kind: measure(cluster, kind, args.states, args.versions, args.vacuum_every,
-                                 bodies) for kind in kinds}
+                                 bodies, not args.no_vacuum) for kind in kinds}
+    vacuums = ("no VACUUM" if args.no_vacuum
+               else f"VACUUM every {args.vacuum_every or args.versions} versions")
     print(f"{args.states * args.versions} versions ({args.states} states x {args.versions}),"
-          f" VACUUM every {args.vacuum_every or args.versions} versions")
+          f" {vacuums}")
     header = " | ".join(kinds)
     print(f"| table, bytes per version | {header} |")
     print("|---|" + "---|" * len(kinds))
@@ -196,6 +229,11 @@ def main() -> None:
         if any(grown):
             print(f"| {name} | " + " | ".join("-" if value is None else f"{value:.0f}"
                                                for value in grown) + " |")
+    print("| autovacuum runs during the measurement | " + " | ".join(
+        ", ".join(f"{table} {count}" for table, count in sorted(results[kind].autovacuums.items())
+                  if count) or "none" for kind in kinds) + " |")
+    print("| the projection's resources at the end (one version per state), bytes | " + " | ".join(
+        f"{results[kind].resources_at_end}" for kind in kinds) + " |")
     print(f"| a version row, bytes | {header} |")
     print("|---|" + "---|" * len(kinds))
     print("| payload (snapshot share) | " + " | ".join(

@@ -12,6 +12,9 @@ database per test.
   - C{blank_postgres_dsn}: a fresh, empty database (no schema), dropped
     after the test.
 
+Helpers for tests of an upgrade: L{schema_up_to} builds a database as an
+older Kilolock did, L{upgrade_schema} brings it up to date.
+
 Fixtures here are synchronous and use psycopg2 directly: they run outside
 the reactor's work, so blocking briefly is fine.  Import the reactor inside
 fixtures, never at module level.
@@ -35,7 +38,7 @@ from psycopg2 import sql
 from psycopg2.extensions import make_dsn, parse_dsn
 
 from kilolock.store.embedded import EmbeddedPostgres
-from kilolock.store.schema import ensure_schema_blocking
+from kilolock.store.schema import SCHEMA_VERSION, ensure_schema_blocking, migrations
 
 
 @contextlib.contextmanager
@@ -191,3 +194,30 @@ def blank_postgres_dsn(postgres_admin_dsn: str) -> Iterator[str]:
     """A fresh database without any Kilolock table, dropped after the test."""
     with new_database(postgres_admin_dsn) as dsn:
         yield dsn
+
+
+def schema_up_to(dsn: str, version: int) -> None:
+    """Apply the schema files up to C{version} to an empty database, as the
+    Kilolock of that version did."""
+    connection = psycopg2.connect(dsn)
+    try:
+        with connection, connection.cursor() as cursor:
+            cursor.execute("CREATE TABLE schema_version (version integer PRIMARY KEY,"
+                           " name text NOT NULL, applied_at timestamptz NOT NULL"
+                           " DEFAULT now())")
+            for migration in migrations()[:version]:
+                cursor.execute(migration.sql)
+                cursor.execute("INSERT INTO schema_version (version, name) VALUES (%s, %s)",
+                               (migration.version, migration.name))
+    finally:
+        connection.close()
+
+
+def upgrade_schema(dsn: str) -> None:
+    """Bring a database up to L{SCHEMA_VERSION}, as a start of Kilolock does."""
+    connection = psycopg2.connect(dsn)
+    try:
+        with connection, connection.cursor() as cursor:
+            assert ensure_schema_blocking(cursor)[1] == SCHEMA_VERSION
+    finally:
+        connection.close()

@@ -21,7 +21,7 @@ import pytest
 import pytest_twisted
 from at_rest_support import execute, query, state_with, upload
 from attrs import evolve
-from fixtures_postgres import new_database
+from fixtures_postgres import new_database, schema_up_to, upgrade_schema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -41,7 +41,6 @@ from kilolock.store.postgres.events import event_parameters
 from kilolock.store.postgres.rows import event as event_row
 from kilolock.store.postgres.statements import APPEND_EVENT, select_events
 from kilolock.store.postgres.store import PostgresStateStore
-from kilolock.store.schema import SCHEMA_VERSION, ensure_schema_blocking, migrations
 
 pytestmark = pytest.mark.postgres
 
@@ -67,29 +66,10 @@ CHAIN: list[Spec] = [*CYCLE, ("token_create", "root", None, {"detail": {"name": 
 
 
 def schema_at(dsn: str, version: int) -> None:
-    """Apply the schema files up to C{version}, as that Kilolock did."""
-    connection = psycopg2.connect(dsn)
-    try:
-        with connection, connection.cursor() as cursor:
-            cursor.execute("CREATE TABLE schema_version (version integer PRIMARY KEY,"
-                           " name text NOT NULL, applied_at timestamptz NOT NULL"
-                           " DEFAULT now())")
-            for migration in migrations()[:version]:
-                cursor.execute(migration.sql)
-                cursor.execute("INSERT INTO schema_version (version, name) VALUES (%s, %s)",
-                               (migration.version, migration.name))
-            cursor.execute("INSERT INTO tenants (id) VALUES (%s)", (TENANT,))
-    finally:
-        connection.close()
-
-
-def upgrade(dsn: str) -> None:
-    connection = psycopg2.connect(dsn)
-    try:
-        with connection, connection.cursor() as cursor:
-            assert ensure_schema_blocking(cursor)[1] == SCHEMA_VERSION
-    finally:
-        connection.close()
+    """Apply the schema files up to C{version}, as that Kilolock did, with
+    the tenant of the tests."""
+    schema_up_to(dsn, version)
+    execute(dsn, "INSERT INTO tenants (id) VALUES (%s)", (TENANT,))
 
 
 def append(dsn: str, specs: list[Spec], tenant: str = TENANT) -> list[AuditEvent]:
@@ -118,7 +98,7 @@ def database(admin_dsn: str, old: int, new: int) -> Iterator[tuple[str, list[Aud
     with new_database(admin_dsn) as dsn:
         schema_at(dsn, 11)
         appended = append(dsn, CHAIN[:old])
-        upgrade(dsn)
+        upgrade_schema(dsn)
         yield dsn, appended + append(dsn, CHAIN[old:old + new])
 
 
@@ -257,7 +237,7 @@ def test_the_upgrade_rewrites_no_row(postgres_admin_dsn: str) -> None:
         append(dsn, CHAIN)
         before = query(dsn, "SELECT pg_relation_filenode('events'),"
                             " array_agg(ctid::text ORDER BY seq) FROM events")
-        upgrade(dsn)
+        upgrade_schema(dsn)
         assert query(dsn, "SELECT pg_relation_filenode('events'),"
                           " array_agg(ctid::text ORDER BY seq) FROM events") == before
         for columns, values in (
