@@ -53,6 +53,7 @@ from typing import Any
 import psycopg
 from attrs import evolve
 from psycopg.pq import ExecStatus
+from psycopg2.extensions import register_type
 from twisted.internet import reactor as global_reactor
 from twisted.internet.defer import Deferred
 from twisted.web.resource import Resource
@@ -191,7 +192,7 @@ class TxpostgresDriver:
 
     async def start(self, dsn: str) -> None:
         await self.connection.connect(connection_string(dsn))
-        psycopg2_extensions().register_type(BYTEA_AS_HEX, self.connection._connection)
+        register_type(BYTEA_AS_HEX, self.connection._connection)  # as Kilolock's sessions
         await self.connection.runOperation(prepare_statements_sql(STATEMENTS))
 
     @staticmethod
@@ -244,12 +245,6 @@ class Psycopg3Driver:
 def _first_value(result: Any) -> Any:
     value = result.get_value(0, 0)
     return {b"t": True, b"f": False}.get(value, value.decode() if value else value)
-
-
-def psycopg2_extensions() -> Any:
-    import psycopg2.extensions
-
-    return psycopg2.extensions
 
 
 class StackFloor(Resource):
