@@ -25,6 +25,8 @@ ENCRYPTED = "postgres-encrypted"
 BASELINE = "postgres-baseline"
 BASELINE_TREE = os.environ.get("KL_BENCH_BASELINE_TREE", "")
 _KEY_FILES: list[str] = []
+#: The stack floors (bench/stack_floor.py), by their driver.
+STACK_FLOORS = {"stack": "txpostgres", "stack-pg3": "pg3"}
 
 
 def encryption_args() -> list[str]:
@@ -170,7 +172,8 @@ def running_tss(dsn: str) -> Iterator[tuple[int, int]]:
 
 @contextlib.contextmanager
 def running(kind: str, extra: list[str] | None = None) -> Iterator[tuple[int, int]]:
-    """Run one server: C{floor}, C{memory}, C{postgres} (Kilolock on its
+    """Run one server: C{floor}, a stack floor (L{STACK_FLOORS}: C{extra}
+    names the DSN first), C{memory}, C{postgres} (Kilolock on its
     embedded PostgreSQL in a temporary data directory, unless C{extra} names
     a C{--database}) or L{ENCRYPTED} (the same, encrypting versions).
 
@@ -184,6 +187,11 @@ def running(kind: str, extra: list[str] | None = None) -> Iterator[tuple[int, in
         if kind == "floor":
             command = [sys.executable, str(HERE / "floor_server.py"), str(port)]
             ready_path = "/"
+        elif kind in STACK_FLOORS:
+            # extra: the database's DSN, then the stack floor's own options.
+            command = [sys.executable, str(HERE / "stack_floor.py"), str(port), *extra,
+                       "--driver", STACK_FLOORS[kind]]
+            ready_path = "/"
         else:
             twistd = str(Path(sys.executable).parent / "twistd")
             command = [twistd, "--logfile",
@@ -193,8 +201,10 @@ def running(kind: str, extra: list[str] | None = None) -> Iterator[tuple[int, in
                 command += ["--data-dir", os.path.join(scratch, "data")]
             command += extra or []
             ready_path = "/healthz"
+        # A stack floor's errors (it has no log file) go to the benchmark's.
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, cwd=scratch, env=environment)
+                                   stderr=None if kind in STACK_FLOORS else subprocess.DEVNULL,
+                                   cwd=scratch, env=environment)
         try:
             wait_ready(port, ready_path)
             if kind == "postgres":

@@ -11,6 +11,11 @@ concurrent clients, next to what is measured in the same run:
     spread over them);
   - durable: the durable floor (bench/durable_floor.py), the database's own
     cost of the cycle's three transactions, from a minimal psycopg 3 client;
+  - stack, stack-pg3: the stack floor (bench/stack_floor.py), a minimal
+    twisted.web server doing per request only Kilolock's statement of the
+    step, with parameters made in advance, on txpostgres (Kilolock's
+    driver) or psycopg 3's libpq connection: the upper bound of any server
+    on this stack (one client only; the database's rows checked after);
   - tss: terraform-state-server (Node + PostgreSQL, one JSONB row, one state:
     one client only), when KL_BENCH_TSS_DIR names a checkout of it with its
     node_modules.
@@ -21,6 +26,10 @@ tss; server CPU per cycle (the server processes, and PostgreSQL's) from
 
     python bench/write_cycle.py [--seconds 5] [--rounds 3] [--clients 1,8,32]
         [--servers floor,memory,postgres,durable,tss] [--processes 1,2]
+
+C{--servers floor,stack,postgres,durable,tss --clients 1 --interleave}
+prints every server's ratio to C{floor}, C{tss} and C{postgres} measured in
+the same rounds.
 
 C{--servers postgres,postgres-encrypted} compares encryption at rest off and
 on in the same run; with C{--interleave} the servers run at once, their
@@ -48,11 +57,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import durable_floor
+import stack_floor
 from durable_floor import prepare_database
 from http_client import Connection
 from servers import (
     BASELINE,
     ENCRYPTED,
+    STACK_FLOORS,
     TSS_DIRECTORY,
     cluster_cpu,
     cluster_pids,
@@ -157,11 +168,21 @@ def p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
 
 
+#: Servers that serve one client only (one state, or one connection).
+ONE_CLIENT = ("tss", *STACK_FLOORS)
+
+
+def stack_cycles(args: argparse.Namespace) -> int:
+    """Cycles a stack floor prepares: enough for every round at 800 cycles/s."""
+    return int(args.rounds * (args.seconds + 1) * 800) + 2_000
+
+
 @contextlib.contextmanager
-def started(server: str, processes: int, cluster: EmbeddedPostgres | None,
+def started(server: str, processes: int, cluster: EmbeddedPostgres | None, cycles: int = 0,
             ) -> Iterator[tuple[list[int], list[int], list[int], str | None]]:
     """Start C{server}: (its ports, its own pids, its database's pids, the
-    durable floor's DSN)."""
+    durable floor's DSN).  A stack floor prepares C{cycles} cycles, and
+    what its database holds is checked when it is done."""
     if server in ("floor", "memory"):
         with running(server) as (port, pid):
             yield [port], [pid], [], None
@@ -174,6 +195,10 @@ def started(server: str, processes: int, cluster: EmbeddedPostgres | None,
     elif server == "tss":
         with running_tss(dsn) as (port, pid):
             yield [port], [pid], cluster_pids(cluster), None
+    elif server in STACK_FLOORS:
+        with running(server, [dsn, "--cycles", str(cycles)]) as (port, pid):
+            yield [port], [pid], cluster_pids(cluster), None
+            print(f"{server}: {stack_floor.check(port, dsn)}", flush=True)
     else:
         with running_many(server, processes, ["--database", dsn]) as servers:
             yield ([port for port, _ in servers], [pid for _, pid in servers],
@@ -184,9 +209,10 @@ def run_server(server: str, processes: int, clients: int, args: argparse.Namespa
                template: str, cluster: EmbeddedPostgres | None) -> dict[str, float] | None:
     """Rounds of one server at one client count: the medians (rate, CPU ms
     per cycle of the server and of PostgreSQL) and the worst round's p99."""
-    if server == "tss" and clients != 1:
-        return None  # one state only
-    with started(server, processes, cluster) as (ports, own, database, dsn):
+    if server in ONE_CLIENT and clients != 1:
+        return None  # one state, or one connection, only
+    with started(server, processes, cluster, stack_cycles(args)) as (ports, own, database,
+                                                                      dsn):
         rates, own_ms, database_ms, p99s = [], [], [], []
         for round_index in range(args.rounds):
             tag = f"{clients}-{round_index}-{uuid.uuid4().hex[:6]}"
@@ -218,20 +244,24 @@ def interleaved(servers: list[str], clients: int, args: argparse.Namespace,
     rounds in rotating order, so that the load of the machine falls on all
     alike; prints, for each server after the first, each round's ratio to
     the first (cycles/s and server CPU per cycle) and the medians, and with
-    C{floor} among them every server's ratio to the floor's rate."""
+    C{floor}, C{tss} or C{postgres} among them every server's ratio to
+    each; then each server's medians."""
+    servers = [server for server in servers if clients == 1 or server not in ONE_CLIENT]
+    load = os.getloadavg()
     rates: dict[str, list[float]] = {server: [] for server in servers}
     cpu: dict[str, list[float]] = {server: [] for server in servers}
     database: dict[str, list[float]] = {server: [] for server in servers}
     with contextlib.ExitStack() as stack:
-        up = {server: stack.enter_context(started(server, 1, cluster)) for server in servers}
+        up = {server: stack.enter_context(started(server, 1, cluster, stack_cycles(args)))
+              for server in servers}
         for round_index in range(args.rounds):
             shift = round_index % len(servers)
             for server in servers[shift:] + servers[:shift]:
-                ports, own = up[server][0], up[server][1]
+                ports, own, _, dsn = up[server]
                 tag = f"{server}-{clients}-{round_index}-{uuid.uuid4().hex[:6]}"
-                run(server, ports, None, clients, 1.0, template, "warm" + tag, [])
+                run(server, ports, dsn, clients, 1.0, template, "warm" + tag, [])
                 before, began = (cpu_seconds(own), cluster_cpu(cluster)), time.monotonic()
-                rate = run(server, ports, None, clients, args.seconds, template, tag, [])
+                rate = run(server, ports, dsn, clients, args.seconds, template, tag, [])
                 cycles = max(rate * (time.monotonic() - began), 1)
                 rates[server].append(rate)
                 cpu[server].append(1000 * (cpu_seconds(own) - before[0]) / cycles)
@@ -248,13 +278,23 @@ def interleaved(servers: list[str], clients: int, args: argparse.Namespace,
               f" {statistics.median(database[second]):.3f};"
               f" cycles/s medians {statistics.median(rates[first]):.1f} vs"
               f" {statistics.median(rates[second]):.1f}", flush=True)
-    if "floor" in servers:
+    for reference in ("floor", "tss", "postgres"):
+        if reference not in servers:
+            continue
         for server in servers:
-            if server != "floor":
-                ratios = [b / a for a, b in zip(rates["floor"], rates[server], strict=True)]
-                print(f"interleaved, {clients} clients: {server}/floor cycles/s median"
+            if server != reference:
+                ratios = [b / a for a, b in zip(rates[reference], rates[server], strict=True)]
+                print(f"interleaved, {clients} clients: {server}/{reference} cycles/s median"
                       f" {statistics.median(ratios):.3f}"
                       f" (rounds {', '.join(f'{r:.3f}' for r in ratios)})", flush=True)
+    print(f"interleaved, {clients} clients, {args.rounds} rounds of {args.seconds:g} s,"
+          f" load average {load[0]:.2f} before, {os.getloadavg()[0]:.2f} after:")
+    for server in servers:
+        rate = statistics.median(rates[server])
+        print(f"  {server:18s} cycles/s median {rate:8.1f} ({1000 / rate:.2f} ms a cycle;"
+              f" rounds {', '.join(f'{r:.1f}' for r in rates[server])});"
+              f" CPU ms per cycle: server {statistics.median(cpu[server]):.3f},"
+              f" database {statistics.median(database[server]):.3f}", flush=True)
 
 
 def run(server: str, ports: list[int], dsn: str | None, clients: int, seconds: float,
