@@ -184,7 +184,7 @@ def _decode_piecewise(text: str, streamed: StreamedResources | None = None) -> A
             position = _skip(text, position + 1)
             if text[position:position + 1] == "[":
                 if key == "resources" and streamed is not None and _streams_resources(doc):
-                    position = _decode_array_into(text, position, streamed.restart().add)
+                    position = _decode_resources_into(text, position, streamed.restart())
                     doc[key] = streamed.marker
                 else:
                     doc[key], position = _decode_array(text, position)
@@ -216,15 +216,44 @@ def _decode_array(text: str, position: int) -> tuple[list[Any], int]:
     return items, _decode_array_into(text, position, items.append)
 
 
-def _decode_array_into(text: str, position: int, consume: Callable[[Any], None]) -> int:
-    """Decode the array at C{position}, handing each element to C{consume};
-    @return: the position after it."""
+class _FloatWatch:
+    """A decoder's C{parse_float} that notes whether it was called (a
+    number with a fraction or an exponent was decoded) since L{take}."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def parse(self, text: str) -> float:
+        self.seen = True
+        return float(text)
+
+    def take(self) -> bool:
+        seen, self.seen = self.seen, False
+        return seen
+
+
+def _decode_resources_into(text: str, position: int, streamed: StreamedResources) -> int:
+    """Decode the C{resources} array at C{position} into C{streamed}, one
+    resource at a time, each with whether it held a float (the projection
+    encodes a resource without one faster: L{StreamedResources.add}).
+    @return: the position after the array."""
+    floats = _FloatWatch()
+    decoder = json.JSONDecoder(parse_constant=_reject_constant, parse_float=floats.parse)
+    return _decode_array_into(
+        text, position, lambda resource: streamed.add(resource, without_floats=not floats.take()),
+        decoder)
+
+
+def _decode_array_into(text: str, position: int, consume: Callable[[Any], None],
+                       decoder: json.JSONDecoder = JSON_DECODER) -> int:
+    """Decode the array at C{position} with C{decoder}, handing each element
+    to C{consume}; @return: the position after it."""
     position = _skip(text, position + 1)
     if text[position:position + 1] == "]":
         return position + 1
     while True:
         start = position
-        item, position = JSON_DECODER.raw_decode(text, position)
+        item, position = decoder.raw_decode(text, position)
         check_depth(text, start, position, item, 2, _WHAT)
         consume(item)
         del item

@@ -32,12 +32,19 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from kilolock.errors import InvalidState
 from kilolock.model import DependencyRow, OutputRow, Projection, ResourceRow
 from kilolock.text_rules import clean_json_text
-from kilolock.tfstate_json import clean_text, compact_json, is_json_integer, json_kind
+from kilolock.tfstate_json import (
+    clean_text,
+    compact_json,
+    compact_json_without_floats,
+    is_json_integer,
+    json_kind,
+)
 from kilolock.tfstate_redaction import redact, redact_flat, sensitive_paths
 
 __all__ = ["StreamedResources", "hcl_quote", "project_state"]
@@ -67,9 +74,12 @@ class StreamedResources:
         self.count = 0
         return self
 
-    def add(self, resource: Any) -> None:
-        """Project C{resources[self.count]}."""
-        _project_resource(self.count, resource, self.rows, self.dependencies, self.seen)
+    def add(self, resource: Any, without_floats: bool = False) -> None:
+        """Project C{resources[self.count]}; C{without_floats}: the decoder
+        saw no float in it, so its attributes are encoded by the faster
+        L{compact_json_without_floats} (the same text)."""
+        _project_resource(self.count, resource, self.rows, self.dependencies, self.seen,
+                          compact_json_without_floats if without_floats else compact_json)
         self.count += 1
 
 
@@ -105,6 +115,7 @@ def _project_resource(
     rows: list[ResourceRow],
     dependencies: list[DependencyRow],
     seen: set[tuple[str, str]],
+    encode: Callable[[Any], str] = compact_json,
 ) -> None:
     """Project C{resources[position]}.  Where-strings for error messages are
     built only when an error is raised (this runs once per resource of every
@@ -146,7 +157,7 @@ def _project_resource(
                 provider=provider,
                 index_key=None if key is None else clean_json_text(json.dumps(key)),
                 deposed=clean_text(_optional_text(instance, "deposed", at) or "") or None,
-                attributes=_attributes(instance, at),
+                attributes=_attributes(instance, at, encode),
             )
         )
         depends = instance.get("dependencies")
@@ -267,9 +278,10 @@ def _dependencies(deps: Any, at: _At) -> list[str]:
     return deps
 
 
-def _attributes(instance: dict[str, Any], at: _At) -> str:
-    """The instance's C{attributes} column: compact JSON, sensitive paths
-    redacted."""
+def _attributes(instance: dict[str, Any], at: _At,
+                encode: Callable[[Any], str] = compact_json) -> str:
+    """The instance's C{attributes} column: compact JSON (C{encode}'s),
+    sensitive paths redacted."""
     sensitive = instance.get("sensitive_attributes")
     attrs = instance.get("attributes")
     if attrs is not None:
@@ -277,8 +289,8 @@ def _attributes(instance: dict[str, Any], at: _At) -> str:
             raise InvalidState(
                 f"{_describe(at)}.attributes must be a JSON object, not {json_kind(attrs)}")
         if sensitive is None or sensitive == []:  # the usual case: nothing to redact
-            return clean_json_text(compact_json(attrs))
-        return clean_json_text(compact_json(redact(attrs, sensitive_paths(sensitive))))
+            return clean_json_text(encode(attrs))
+        return clean_json_text(encode(redact(attrs, sensitive_paths(sensitive))))
     paths = sensitive_paths(sensitive)
     flat = instance.get("attributes_flat")
     if flat is not None:
@@ -286,5 +298,5 @@ def _attributes(instance: dict[str, Any], at: _At) -> str:
             raise InvalidState(
                 f"{_describe(at)}.attributes_flat must be a JSON object, not {json_kind(flat)}"
             )
-        return clean_json_text(compact_json(redact_flat(flat, paths)))
+        return clean_json_text(encode(redact_flat(flat, paths)))
     return "{}"

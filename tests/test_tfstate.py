@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kilolock.errors import InvalidState, InvalidText
 from kilolock.model import ParsedState, Projection, ResourceRow
@@ -839,6 +841,75 @@ def test_resources_projected_while_decoding_equal_the_whole_document(
         k: v for k, v in whole.items() if k != "resources"}
     if "encrypted_data" not in whole and whole.get("version") == 4:
         assert project_state(doc, streamed) == project_state(whole)
+
+
+def _streamed_and_whole(text: str) -> tuple[Projection, Projection]:
+    """The projection of a state decoded piecewise with its resources
+    streamed (the large path: attributes of float-free resources encoded
+    by msgspec), and of the whole document decoded at once."""
+    from kilolock.tfstate import JSON_DECODER, _decode_piecewise
+    from kilolock.tfstate_projection import StreamedResources
+
+    streamed = StreamedResources()
+    doc = _decode_piecewise(text, streamed)
+    assert doc["resources"] is streamed.marker
+    return project_state(doc, streamed), project_state(JSON_DECODER.decode(text))
+
+
+def _state_with(attributes: list[str], sensitive: str = "[]") -> str:
+    instances = ", ".join(
+        '{"attributes": ' + text + ', "sensitive_attributes": ' + sensitive + "}"
+        for text in attributes)
+    return ('{"version": 4, "serial": 1, "lineage": "l", "resources": [{"mode": "managed",'
+            ' "type": "t", "name": "n", "provider": "p", "instances": [' + instances + "]}]}")
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        ['{"id": 1, "n": [2, {"b": true, "a": null}]}'],
+        ['{"f": 1.5}', '{"i": 10}', '{"e": 1e5, "z": -0.0}'],
+        ['{"big": 1e400, "small": -1e400}', '{"tiny": 1e-400}'],
+        ['{"int": 123456789012345678901234567890}'],
+        [r'{"caf\u00e9": "\u00fc", "raw": "日本"}'],
+        [r'{"nul": "a\u0000b", "lone": "\ud800", "pair": "\ud83d\ude00"}'],
+        ['{"k": 1, "k": 2.5}', '{"k": 2.5, "k": 1}'],
+        [r'{"ctl": "\u001f\u007f/\\\"", "sep": "\u2028"}'],
+    ],
+)
+def test_streamed_resources_project_as_the_whole_document(attributes: list[str]) -> None:
+    """Resources decoded while streaming, each encoded by msgspec when it
+    holds no float and by compact_json otherwise, project exactly as the
+    whole document does: floats, infinities, huge integers, non-ASCII text,
+    NUL and lone surrogates, duplicate keys, escapes."""
+    streamed, whole = _streamed_and_whole(_state_with(attributes))
+    assert streamed == whole
+
+
+def test_streamed_sensitive_paths_are_redacted_as_in_the_whole_document() -> None:
+    streamed, whole = _streamed_and_whole(_state_with(
+        ['{"password": "p", "n": 1}', '{"password": 2.5, "n": 1}'],
+        '[[{"type": "get_attr", "value": "password"}]]'))
+    assert streamed == whole
+    assert REDACTED in streamed.resources[0].attributes
+
+
+_LEAF = (st.none() | st.booleans() | st.integers() | st.text()
+         | st.floats(allow_nan=False, allow_infinity=False))
+_VALUES = st.recursive(_LEAF, lambda children: st.lists(children, max_size=4)
+                       | st.dictionaries(st.text(max_size=8), children, max_size=4),
+                       max_leaves=20)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.dictionaries(st.text(max_size=8), _VALUES, max_size=5), min_size=1,
+                max_size=4))
+def test_any_streamed_attributes_project_as_the_whole_document(
+        attributes: list[dict[str, Any]]) -> None:
+    """Any attributes (with or without floats, any text): the streamed
+    projection equals the whole document's."""
+    streamed, whole = _streamed_and_whole(_state_with([json.dumps(a) for a in attributes]))
+    assert streamed == whole
 
 
 def test_a_bad_resource_in_a_large_state_is_named_by_position() -> None:

@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kilolock.tfstate_json import clean_text, compact_json, is_json_integer, json_kind
+from kilolock.tfstate_json import (
+    clean_text,
+    compact_json,
+    compact_json_without_floats,
+    is_json_integer,
+    json_kind,
+)
 
 STATES = Path(__file__).parent / "data" / "states"
 
@@ -109,3 +117,59 @@ def test_json_kind_and_integer(value: Any, kind: str, integer: bool) -> None:
     """Error messages name the JSON type; a boolean is not an integer."""
     assert json_kind(value) == kind
     assert is_json_integer(value) is integer
+
+
+#: Text as states hold it: mostly ASCII (msgspec's text is kept), any code
+#: point, and the spellings that need escapes or are refused.
+_TEXT = st.one_of(
+    st.text(st.characters(max_codepoint=127)),
+    st.text(),
+    st.sampled_from(["\ud800", "a\udfffb", "\x00", "\x1f\x7f", "/\\\"", "\u2028\u2029",
+                     "\U0001f600", "(sensitive)"]),
+)
+#: Decoded JSON without floats, as a state's attributes are.
+_FLOATLESS = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=2**63, max_value=10**400)
+    | _TEXT,
+    lambda children: st.lists(children, max_size=6)
+    | st.dictionaries(_TEXT, children, max_size=6),
+    max_leaves=40,
+)
+
+
+@given(_FLOATLESS)
+def test_without_floats_the_fast_encoder_writes_compact_json_text(value: Any) -> None:
+    """For any value without a float, compact_json_without_floats gives
+    exactly compact_json's text (msgspec's where it is ASCII, else the
+    fallback's)."""
+    assert compact_json_without_floats(value) == compact_json(value)
+
+
+def _holds_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_float(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_holds_float(item) for item in value)
+    return False
+
+
+def test_the_fast_encoder_writes_the_fixtures_attributes_as_compact_json() -> None:
+    """The real Terraform fixtures' values without floats, each encoded by
+    msgspec (all ASCII), give compact_json's text."""
+    values = [value for value in _fixture_values() if not _holds_float(value)]
+    assert len(values) >= 10
+    for value in values:
+        assert compact_json_without_floats(value) == compact_json(value)
+
+
+def test_the_fast_encoder_falls_back_where_msgspec_would_differ() -> None:
+    """Non-ASCII text (compact_json escapes it) and unpaired surrogates
+    (msgspec refuses them) get compact_json's text; any nesting works."""
+    for value in ({"name": "café"}, ["\ud800"], {"k\udfff": 1}):
+        assert compact_json_without_floats(value) == compact_json(value)
+    deep: object = "x"
+    for _ in range(600):
+        deep = [deep]
+    assert compact_json_without_floats(deep) == compact_json(deep)
