@@ -6,7 +6,6 @@ Pure functions, no Twisted, no I/O."""
 from __future__ import annotations
 
 import re
-import threading
 
 # c_make_encoder is CPython's C encoder, private to the json module: the public
 # json.JSONEncoder.encode builds one per call, and building it once instead
@@ -48,18 +47,12 @@ def compact_json(value: Any) -> str:
         return _BARE_CONSTANT.sub(_quote_constant, "".join(_ENCODE_WITH_NAN(value, 0)))
 
 
-#: msgspec's encoder, keys sorted, one per thread (large states are parsed in
-#: the reactor's thread pool, several at once): the same text as
-#: L{compact_json} for a value without floats whose text is printable ASCII
-#: (tests/test_tfstate_json.py holds it to that), in about 40 % of the time.
-_SORTED_ENCODERS = threading.local()
-
-
-def _sorted_encoder() -> msgspec.json.Encoder:
-    encoder: msgspec.json.Encoder | None = getattr(_SORTED_ENCODERS, "encoder", None)
-    if encoder is None:
-        encoder = _SORTED_ENCODERS.encoder = msgspec.json.Encoder(order="sorted")
-    return encoder
+#: msgspec's encoder, keys sorted: the same text as L{compact_json} for a
+#: value without floats whose text is printable ASCII (tests/test_tfstate_json.py
+#: holds it to that), in about 40 % of the time.  One serves every thread:
+#: msgspec keeps each call's state on the C stack (encoder_encode_common in
+#: its _core.c), the encoder only its settings.
+_SORTED_ENCODER = msgspec.json.Encoder(order="sorted")
 
 
 def compact_json_without_floats(value: Any) -> str:
@@ -70,7 +63,7 @@ def compact_json_without_floats(value: Any) -> str:
     L{compact_json} escapes, or anything msgspec refuses, e.g. an unpaired
     surrogate) the answer is L{compact_json}'s."""
     try:
-        encoded = _sorted_encoder().encode(value)
+        encoded = _SORTED_ENCODER.encode(value)
     except (TypeError, ValueError, OverflowError, UnicodeError, RecursionError):
         return compact_json(value)
     if encoded.isascii() and b"\x7f" not in encoded:

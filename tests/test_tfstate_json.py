@@ -173,19 +173,3 @@ def test_the_fast_encoder_falls_back_where_msgspec_would_differ() -> None:
     for _ in range(600):
         deep = [deep]
     assert compact_json_without_floats(deep) == compact_json(deep)
-
-
-def test_each_thread_encodes_with_an_encoder_of_its_own() -> None:
-    """Large states are parsed in several pool threads at once: the fast
-    encoder keeps no state shared between threads."""
-    import threading
-
-    from kilolock.tfstate_json import _sorted_encoder
-
-    seen: list[object] = []
-    worker = threading.Thread(target=lambda: seen.extend([_sorted_encoder(), _sorted_encoder()]))
-    worker.start()
-    worker.join()
-    assert seen[0] is seen[1]
-    assert _sorted_encoder() is _sorted_encoder()
-    assert _sorted_encoder() is not seen[0]
