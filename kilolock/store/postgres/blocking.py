@@ -47,7 +47,8 @@ from twisted.internet.defer import Deferred, succeed
 
 from kilolock.store.postgres import binary_read
 
-__all__ = ["BlockingCursor", "BlockingSession", "binary_copy", "text_copy"]
+__all__ = ["BlockingCursor", "BlockingSession", "binary_copy", "copy_chunks", "plain_copy_text",
+           "text_copy", "text_field"]
 
 T = TypeVar("T")
 
@@ -158,21 +159,28 @@ def text_copy(rows: Iterable[Iterable[Any]]) -> Iterator[bytes]:
     """Rows in COPY's text format (tab-separated, backslash escapes, C{\\N}
     for NULL; str, int and bool values), UTF-8, about L{COPY_CHUNK} bytes
     a piece."""
-    lines: list[str] = []
+    return copy_chunks("\t".join(text_field(value) for value in row) + "\n" for row in rows)
+
+
+def copy_chunks(lines: Iterable[str]) -> Iterator[bytes]:
+    """Lines of COPY text (each a whole row, its newline included), UTF-8,
+    about L{COPY_CHUNK} bytes a piece."""
+    pending: list[str] = []
     size = 0
-    for row in rows:
-        line = "\t".join(_text_field(value) for value in row) + "\n"
-        lines.append(line)
+    for line in lines:
+        pending.append(line)
         size += len(line)
         if size >= COPY_CHUNK:
-            yield "".join(lines).encode("utf-8")
-            lines.clear()
+            yield "".join(pending).encode("utf-8")
+            pending.clear()
             size = 0
-    if lines:
-        yield "".join(lines).encode("utf-8")
+    if pending:
+        yield "".join(pending).encode("utf-8")
 
 
-def _text_field(value: Any) -> str:
+def text_field(value: Any) -> str:
+    """One value in COPY's text format: C{\\N} for None, C{t}/C{f}, else its
+    text with backslash, tab, line feed and carriage return escaped."""
     if value is None:
         return "\\N"
     if value is True or value is False:
@@ -183,6 +191,14 @@ def _text_field(value: Any) -> str:
     if "\t" in text or "\n" in text or "\r" in text:
         text = text.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
     return text
+
+
+def plain_copy_text(text: str, tabs: int = 0) -> bool:
+    """Whether C{text} -- C{tabs + 1} text fields joined by tabs -- needs no
+    escape in COPY's text format (no backslash, line break, or tab of its
+    own): one scan for several fields."""
+    return ("\\" not in text and "\n" not in text and "\r" not in text
+            and text.count("\t") == tabs)
 
 
 class BlockingSession:
