@@ -114,7 +114,7 @@ async def write(store: PostgresStateStore, monkeypatch: pytest.MonkeyPatch, key:
 async def check_projection(store: PostgresStateStore, key: StateKey, raw: bytes,
                            types: set[str]) -> None:
     """The state's projection is its current bytes' (C{raw}'s), and the
-    search by type (the hash index) finds exactly its resources of each of
+    search by type (the index of types) finds exactly its resources of each of
     C{types} (the ones it has and any it had), in order."""
     assert await store.read_current(key) == raw
     fresh = projection_of(raw)

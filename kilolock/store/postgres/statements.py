@@ -223,7 +223,9 @@ def select_matches(query: ResourceQuery) -> tuple[str, dict[str, Any]]:
     params: dict[str, Any] = {"limit": query.limit}
     address = None if query.address is None else like_pattern(query.address)
     for condition, name, value in (
-            ("r.type = %(type)s", "type", query.type),
+            # resources_type indexes hashtext(type); the type itself decides.
+            ("hashtext(r.type) = hashtext(%(type)s) AND r.type = %(type)s", "type",
+             query.type),
             ("r.module = %(module)s", "module", query.module),
             ("r.address LIKE %(address)s ESCAPE '\\'", "address", address),
             ("s.path = %(state)s", "state", query.state_path),
