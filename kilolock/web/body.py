@@ -40,19 +40,27 @@ T = TypeVar("T")
 THREAD_THRESHOLD = 256 * 1024
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "check_md5", "in_thread_if_large", "parse_upload",
-           "read_body", "start_upload_feed", "unlock_lock_id", "verify_md5"]
+           "read_body", "release_after_answer", "start_upload_feed", "unlock_lock_id",
+           "verify_md5"]
 
 
 def _read_all(content: IO[bytes]) -> bytes:
+    """The bytes of a request's C{content}; a temporary file is closed once
+    read, so that its pages go back to the system here (in the reading
+    thread) rather than when the answer is written (twisted.web closes the
+    content as it finishes the request: ~10 ms for a 120 MB body)."""
     if isinstance(content, io.BytesIO):
         return content.getvalue()
     content.seek(0)
-    return content.read()
+    body = content.read()
+    content.close()
+    return body
 
 
 async def read_body(request: Request, reactor: Any) -> bytes:
     """The whole request body as bytes (read in a thread when it sits in a
-    temporary file and there is a reactor: inline in in-memory tests)."""
+    temporary file and there is a reactor: inline in in-memory tests).  A
+    body is read once: a temporary file is closed after it."""
     content = request.content
     if content is None:
         return b""
@@ -177,6 +185,18 @@ def start_upload_feed(body: bytes, content_md5: bytes | None, reactor: Any) -> U
                                  lambda streamed: _prepare_large_upload(body, content_md5,
                                                                         streamed)))
     return feed
+
+
+def release_after_answer(reactor: Any, *held: object) -> None:
+    """Keep C{held} (e.g. a large upload: its body, parse and projection)
+    alive until the reactor's next iteration, so that the answer written
+    now goes out before they are freed (a 120 MB state's objects take
+    ~30 ms to free, in the reactor thread, when the handler's frame ends)."""
+    reactor.callLater(0, _release, held)
+
+
+def _release(held: tuple[object, ...]) -> None:
+    """Nothing: C{held} is freed when the delayed call that carried it ends."""
 
 
 async def in_thread_if_large(reactor: Any, size: int, function: Callable[..., T],

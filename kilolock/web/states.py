@@ -45,6 +45,7 @@ from kilolock.web.body import (
     check_md5,
     parse_upload,
     read_body,
+    release_after_answer,
     start_upload_feed,
     unlock_lock_id,
 )
@@ -143,6 +144,8 @@ class StateResource(_StateNode):
                                      self.lane.reactor)
             outcome = await store.write_state_overlapped(key, feed, lock_id, principal,
                                                          detail_of=_client_detail)
+            release_after_answer(self.lane.reactor, body, feed)
+            del body, feed
         else:
             upload = await parse_upload(request, body, self.lane.reactor)
             outcome = await store.write_state(key, upload, lock_id, principal,
