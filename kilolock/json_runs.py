@@ -31,10 +31,14 @@ of the GIL -- and counts its brackets once:
   - a run has at most L{Run.opens} opening brackets: a bound on each
     element's depth (L{kilolock.text_rules.check_depth_bounded}).  Runs are
     sized to hold about half as many as the depth rule allows, so that
-    their elements need no walk.
+    their elements need no walk;
+  - runs are of ASCII text only (Terraform writes other text unescaped):
+    msgspec reads UTF-8, and would have to encode a str that is not ASCII
+    first, which costs more than C{json}'s own decode.
 
-Where guesses keep failing (JSON not written one element to a line, or
-full of what msgspec refuses) the runs stop, and C{json} decodes the rest.
+Where guesses keep failing (elements whose insides repeat the text between
+them, or text full of what msgspec refuses) the runs stop, and C{json}
+decodes the rest.
 """
 
 from __future__ import annotations
@@ -53,12 +57,14 @@ __all__ = ["ElementRuns", "FloatWatch", "Run"]
 #: allows, so that a run needs no walk even when its elements vary.
 _OPENS_PER_RUN = MAX_JSON_DEPTH // 2
 #: The shortest and the longest stretch of text a run aims at (characters),
-#: before its end is looked for: the longest bounds how long one msgspec
-#: call holds the GIL (about a millisecond for 256 KB).
+#: before its end is looked for.
 _SHORTEST = 4 * 1024
 _LONGEST = 256 * 1024
-#: How far past that stretch the run's end is looked for.
-_SEARCH = 1024 * 1024
+#: How far past that stretch the run's end is looked for: with it, a bound
+#: on how long one msgspec call holds the GIL (512 KB: about 2 ms).
+_SEARCH = 256 * 1024
+#: How many refused guesses runs stop after (more if more were decided).
+_REFUSALS_TOLERATED = 2
 #: The longest text between two elements a separator is learnt from.
 _LONGEST_SEPARATOR = 64
 
@@ -175,8 +181,10 @@ class ElementRuns:
 
     def _decode(self, start: int, end: int) -> Run | None:
         """The elements of C{text[start:end]}, or None if it is not whole
-        elements msgspec decodes."""
+        elements of ASCII text msgspec decodes."""
         chunk = f"[{self._text[start:end]}]"
+        if not chunk.isascii():
+            return None
         try:
             if self._floats:
                 elements, floats = self._decode_each(chunk)
@@ -211,4 +219,5 @@ class ElementRuns:
         """A guess msgspec refused: C{json} decodes up to its end; runs stop
         when guesses fail more often than not."""
         self._refused += 1
-        self._resume = len(self._text) if self._refused > max(2, self._decided) else end
+        stop = self._refused > max(_REFUSALS_TOLERATED, self._decided)
+        self._resume = len(self._text) if stop else end
