@@ -34,7 +34,7 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["UNDECIDED", "fast_decode"]
+__all__ = ["REFUSALS", "UNDECIDED", "fast_decode"]
 
 
 class _Undecided:
@@ -49,6 +49,11 @@ UNDECIDED: Final = _Undecided()
 
 _DECODER = msgspec.json.Decoder(float_hook=float)
 
+#: What msgspec raises where only C{json} can say what the text is (a
+#: C{UnicodeEncodeError} among them: a str holding a lone surrogate, which
+#: only a caller's text can).
+REFUSALS: Final = (msgspec.MsgspecError, RecursionError, ValueError)
+
 
 def fast_decode(utf8: bytes) -> Any:
     """The document C{json.loads(utf8.decode())} returns, or L{UNDECIDED}
@@ -58,5 +63,5 @@ def fast_decode(utf8: bytes) -> Any:
     """
     try:
         return _DECODER.decode(utf8)
-    except (msgspec.MsgspecError, RecursionError, ValueError):
+    except REFUSALS:
         return UNDECIDED

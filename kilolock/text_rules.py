@@ -58,6 +58,7 @@ __all__ = [
     "TOO_LONG",
     "NotJSON",
     "check_depth",
+    "check_depth_bounded",
     "check_document",
     "check_text",
     "clean_document",
@@ -445,8 +446,20 @@ def check_depth(text: str, start: int, end: int, value: Any, above: int,
 
     @raise InvalidText: (C{too_deep}) it nests too deep.
     """
+    check_depth_bounded(text.count("[", start, end) + text.count("{", start, end),
+                        value, above, what)
+
+
+def check_depth_bounded(opens: int, value: Any, above: int, what: str) -> None:
+    """Check the depth of C{value}, whose text holds at most C{opens}
+    opening brackets (C{[} and C{{}, in strings too), and that sits C{above}
+    levels deep in its document: a value cannot nest deeper than its opening
+    brackets, so it is walked only when they are more than the levels left.
+
+    @raise InvalidText: (C{too_deep}) it nests too deep.
+    """
     room = MAX_JSON_DEPTH - above
-    if text.count("[", start, end) + text.count("{", start, end) <= room:
+    if opens <= room:
         return
     if nesting_depth(value, room) > room:
         raise _too_deep(what)

@@ -36,8 +36,15 @@ from typing import Any
 
 from kilolock.errors import InvalidState, InvalidText
 from kilolock.json_fast import UNDECIDED, fast_decode
+from kilolock.json_runs import ElementRuns, FloatWatch
 from kilolock.model import ParsedState
-from kilolock.text_rules import MAX_JSON_DEPTH, TOO_DEEP, check_depth, skip_json_whitespace
+from kilolock.text_rules import (
+    MAX_JSON_DEPTH,
+    TOO_DEEP,
+    check_depth,
+    check_depth_bounded,
+    skip_json_whitespace,
+)
 from kilolock.tfstate_json import clean_text, is_json_integer, json_kind
 from kilolock.tfstate_projection import StreamedResources, project_state
 from kilolock.tfstate_redaction import REDACTED
@@ -213,51 +220,59 @@ def _streams_resources(doc: dict[str, Any]) -> bool:
 
 def _decode_array(text: str, position: int) -> tuple[list[Any], int]:
     items: list[Any] = []
-    return items, _decode_array_into(text, position, items.append)
+    return items, _decode_array_into(text, position, _one_element(text, items.append))
 
 
-class _FloatWatch:
-    """A decoder's C{parse_float} that notes whether it was called (a
-    number with a fraction or an exponent was decoded) since L{take}."""
+#: A step of an array's decode: given where an element starts, decode it (or
+#: more) and hand each on; @return: the position after what it decoded.
+_Step = Callable[[int], int]
 
-    def __init__(self) -> None:
-        self.seen = False
 
-    def parse(self, text: str) -> float:
-        self.seen = True
-        return float(text)
-
-    def take(self) -> bool:
-        seen, self.seen = self.seen, False
-        return seen
+def _one_element(text: str, consume: Callable[[Any], None],
+                 decoder: json.JSONDecoder = JSON_DECODER) -> _Step:
+    """The step that decodes one element with C{decoder} and hands it to
+    C{consume}."""
+    def step(start: int) -> int:
+        item, end = decoder.raw_decode(text, start)
+        check_depth(text, start, end, item, 2, _WHAT)
+        consume(item)
+        return end
+    return step
 
 
 def _decode_resources_into(text: str, position: int, streamed: StreamedResources) -> int:
-    """Decode the C{resources} array at C{position} into C{streamed}, one
-    resource at a time, each with whether it held a float (the projection
-    encodes a resource without one faster: L{StreamedResources.add}).
+    """Decode the C{resources} array at C{position} into C{streamed}, each
+    resource with whether it held a float (the projection encodes a
+    resource without one faster: L{StreamedResources.add}): runs of
+    resources at once where msgspec decodes them as C{json} would
+    (L{kilolock.json_runs}), one by one with C{json} elsewhere.
     @return: the position after the array."""
-    floats = _FloatWatch()
+    floats = FloatWatch()
     decoder = json.JSONDecoder(parse_constant=_reject_constant, parse_float=floats.parse)
-    return _decode_array_into(
-        text, position, lambda resource: streamed.add(resource, without_floats=not floats.take()),
+    one = _one_element(
+        text, lambda resource: streamed.add(resource, without_floats=not floats.take()),
         decoder)
+    runs = ElementRuns(text)
+
+    def step(start: int) -> int:
+        run = runs.take(start)
+        if run is None:
+            return one(start)
+        for resource, held_float in run:
+            check_depth_bounded(run.opens, resource, 2, _WHAT)
+            streamed.add(resource, without_floats=not held_float)
+        return run.end
+    return _decode_array_into(text, position, step)
 
 
-def _decode_array_into(text: str, position: int, consume: Callable[[Any], None],
-                       decoder: json.JSONDecoder = JSON_DECODER) -> int:
-    """Decode the array at C{position} with C{decoder}, handing each element
-    to C{consume}; @return: the position after it."""
+def _decode_array_into(text: str, position: int, step: _Step) -> int:
+    """Decode the array at C{position} by C{step}s; @return: the position
+    after it."""
     position = _skip(text, position + 1)
     if text[position:position + 1] == "]":
         return position + 1
     while True:
-        start = position
-        item, position = decoder.raw_decode(text, position)
-        check_depth(text, start, position, item, 2, _WHAT)
-        consume(item)
-        del item
-        position = _skip(text, position)
+        position = _skip(text, step(position))
         delimiter = text[position:position + 1]
         if delimiter == "]":
             return position + 1

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -23,36 +22,13 @@ import pytest
 from hostile_support import deep_text, json_text, lock_infos, state_texts
 from hypothesis import example, given
 from hypothesis import strategies as st
+from json_identity import same_document as _same
 from state_strategies import histories
 
 from kilolock import text_rules, tfstate
 from kilolock.json_fast import UNDECIDED, fast_decode
 from kilolock.text_rules import load_json
 from kilolock.tfstate import parse_state
-
-
-def _same(left: Any, right: Any) -> bool:
-    """Whether two decoded documents are identical: types, dict key order,
-    float bits (-0.0 is not 0.0).  Iterative: any depth."""
-    pending = [(left, right)]
-    while pending:
-        a, b = pending.pop()
-        if type(a) is not type(b):
-            return False
-        if isinstance(a, float):
-            if struct.pack("<d", a) != struct.pack("<d", b):
-                return False
-        elif isinstance(a, dict):
-            if list(a) != list(b):
-                return False
-            pending.extend(zip(a.values(), b.values(), strict=True))
-        elif isinstance(a, list):
-            if len(a) != len(b):
-                return False
-            pending.extend(zip(a, b, strict=True))
-        elif a != b:
-            return False
-    return True
 
 
 def _stdlib(raw: bytes) -> Any:

@@ -20,7 +20,10 @@ from kilolock.text_rules import (
     MAX_LOCK_ID_LENGTH,
     MAX_LOCK_INFO_BYTES,
     MAX_WHOLE_NUMBER,
+    TOO_DEEP,
     NotJSON,
+    check_depth,
+    check_depth_bounded,
     check_text,
     clean_json_text,
     clean_text,
@@ -235,6 +238,42 @@ def test_json_bytes_answers_deep_documents() -> None:
     text = json_bytes(deep)
     assert text.startswith(b"[" * 900 + b'"Infinity"') and b"\n " not in text
     assert nesting_depth(json.loads(text), 1000) == 900
+
+
+def _deep(depth: int, members: int) -> Any:
+    """A value nesting C{depth} levels (objects and arrays in turn), with
+    C{members} scalar siblings and brackets in strings at each."""
+    value: Any = 1
+    for level in range(depth):
+        value = {"k": value, **{str(i): "[{" for i in range(members)}} if level % 2 else (
+            [value] + [i for i in range(members)])
+    return value
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(MAX_JSON_DEPTH - 8, MAX_JSON_DEPTH + 8), st.integers(0, 3),
+       st.integers(0, 3), st.integers(0, 600))
+def test_the_depth_rule_is_decided_alike_from_any_bound(depth: int, above: int, members: int,
+                                                        extra: int) -> None:
+    """Whether a value is too deep does not depend on the bound on its
+    brackets it is checked with (its own text's count, or any larger one,
+    e.g. a run of elements'): exactly when it nests deeper than the levels
+    left."""
+    value = _deep(depth, members)
+    text = json.dumps(value)
+    assert nesting_depth(value, 1000) == depth
+    outcomes = []
+    for check in (lambda: check_depth(text, 0, len(text), value, above, "v"),
+                  lambda: check_depth_bounded(depth + extra, value, above, "v"),
+                  lambda: check_depth_bounded(text.count("[") + text.count("{") + extra, value,
+                                              above, "v")):
+        try:
+            check()
+        except InvalidText as error:
+            outcomes.append(error.code)
+        else:
+            outcomes.append(None)
+    assert outcomes == [TOO_DEEP if depth > MAX_JSON_DEPTH - above else None] * 3
 
 
 @settings(max_examples=300, deadline=None)
