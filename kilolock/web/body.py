@@ -189,10 +189,15 @@ def start_upload_feed(body: bytes, content_md5: bytes | None, reactor: Any) -> U
 
 def release_after_answer(reactor: Any, *held: object) -> None:
     """Keep C{held} (e.g. a large upload: its body, parse and projection)
-    alive until the reactor's next iteration, so that the answer written
-    now goes out before they are freed (a 120 MB state's objects take
-    ~30 ms to free, in the reactor thread, when the handler's frame ends)."""
-    reactor.callLater(0, _release, held)
+    alive until the reactor has been through its I/O once more, so that the
+    answer written now is on the socket before they are freed (a 120 MB
+    state's objects take ~30 ms to free, in the reactor thread, when the
+    handler's frame ends).
+
+    A transport sends what it was given when the reactor next polls, after
+    the delayed calls due now; a delayed call made by one of those runs
+    only after that poll: hence two hops."""
+    reactor.callLater(0, reactor.callLater, 0, _release, held)
 
 
 def _release(held: tuple[object, ...]) -> None:
