@@ -213,6 +213,27 @@ def schema_up_to(dsn: str, version: int) -> None:
         connection.close()
 
 
+@contextlib.contextmanager
+def database_at(admin_dsn: str, version: int) -> Iterator[str]:
+    """A new database left by the Kilolock of schema C{version}
+    (L{schema_up_to}); dropped afterwards.  @return: its DSN."""
+    with new_database(admin_dsn) as dsn:
+        schema_up_to(dsn, version)
+        yield dsn
+
+
+def as_kilolock_of(monkeypatch: pytest.MonkeyPatch, version: int) -> None:
+    """Stores started until C{monkeypatch} is undone find the database
+    current at schema C{version}, as the Kilolock of that version did: they
+    do not upgrade it."""
+    from kilolock.store.postgres import runner
+
+    async def current(cursor: Any) -> tuple[int, int]:
+        return version, version
+
+    monkeypatch.setattr(runner, "ensure_schema", current)
+
+
 def upgrade_schema(dsn: str) -> None:
     """Bring a database up to L{SCHEMA_VERSION}, as a start of Kilolock does."""
     connection = psycopg2.connect(dsn)

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import pytest_twisted
 from at_rest_support import query
-from fixtures_postgres import new_database, schema_up_to, upgrade_schema
+from fixtures_postgres import as_kilolock_of, database_at, upgrade_schema
 from stub_client import state_body
 
 from kilolock.model import DEFAULT_TENANT, Principal, Projection, ResourceQuery, StateKey
-from kilolock.store.postgres import large, runner
+from kilolock.store.postgres import large
 from kilolock.store.postgres.store import PostgresStateStore
 from kilolock.tfstate import parse_state
 from kilolock.web.body import prepare_upload, start_upload_feed
@@ -172,8 +172,7 @@ def test_the_key_is_the_state_and_the_ordinal(postgres_dsn: str) -> None:
 
 @pytest.fixture
 def database_at_13(postgres_admin_dsn: str) -> Iterator[str]:
-    with new_database(postgres_admin_dsn) as dsn:
-        schema_up_to(dsn, 13)
+    with database_at(postgres_admin_dsn, 13) as dsn:
         yield dsn
 
 
@@ -192,10 +191,8 @@ async def test_an_upgrade_keeps_the_rows_and_then_updates_them(
            blocking: state_body(1, resources=[C, D])}
 
     async def store_at(upgrading: bool) -> PostgresStateStore:
-        if not upgrading:  # a Kilolock of schema 13: it finds the database current
-            async def current(cursor: Any) -> tuple[int, int]:
-                return 13, 13
-            monkeypatch.setattr(runner, "ensure_schema", current)
+        if not upgrading:
+            as_kilolock_of(monkeypatch, 13)
         else:
             monkeypatch.undo()
         store = PostgresStateStore(dsn, reactor, pool_size=2)

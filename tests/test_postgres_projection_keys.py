@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import pytest_twisted
 from at_rest_support import query
-from fixtures_postgres import new_database, schema_up_to, upgrade_schema
+from fixtures_postgres import as_kilolock_of, database_at, upgrade_schema
 
 from kilolock.model import DEFAULT_TENANT, Principal, StateKey
-from kilolock.store.postgres import large, runner
+from kilolock.store.postgres import large
 from kilolock.store.postgres.store import PostgresStateStore
 from kilolock.tfstate import parse_state
 from kilolock.web.body import prepare_upload
@@ -72,8 +72,7 @@ def indexes(dsn: str, table: str) -> list[str]:
 
 @pytest.fixture
 def schema_15_database(postgres_admin_dsn: str) -> Iterator[str]:
-    with new_database(postgres_admin_dsn) as dsn:
-        schema_up_to(dsn, 15)
+    with database_at(postgres_admin_dsn, 15) as dsn:
         yield dsn
 
 
@@ -83,11 +82,7 @@ async def test_an_upgrade_keeps_the_rows_and_writes_replace_them(
     from twisted.internet import reactor
 
     dsn = schema_15_database
-
-    async def current(cursor: Any) -> tuple[int, int]:  # a Kilolock of schema 15
-        return 15, 15
-
-    monkeypatch.setattr(runner, "ensure_schema", current)
+    as_kilolock_of(monkeypatch, 15)
     store = PostgresStateStore(dsn, reactor, pool_size=1)
     await store.start()
     old = state(1, ["a", "b", "c"], {"x": "1", "y": "2"})

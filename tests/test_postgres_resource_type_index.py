@@ -15,10 +15,10 @@ import psycopg2
 import pytest
 import pytest_twisted
 from at_rest_support import execute, query
-from fixtures_postgres import new_database, schema_up_to, upgrade_schema
+from fixtures_postgres import as_kilolock_of, database_at, upgrade_schema
 
 from kilolock.model import DEFAULT_TENANT, Principal, ResourceQuery, StateKey
-from kilolock.store.postgres import runner, statements
+from kilolock.store.postgres import statements
 from kilolock.store.postgres.store import PostgresStateStore
 from kilolock.web.body import prepare_upload
 
@@ -111,8 +111,7 @@ async def test_a_type_longer_than_a_btree_entry_is_stored_and_found(
 
 @pytest.fixture
 def schema_14_database(postgres_admin_dsn: str) -> Iterator[str]:
-    with new_database(postgres_admin_dsn) as dsn:
-        schema_up_to(dsn, 14)
+    with database_at(postgres_admin_dsn, 14) as dsn:
         yield dsn
 
 
@@ -129,11 +128,7 @@ async def test_an_upgrade_from_schema_14_indexes_the_rows_it_finds(
 
     dsn = schema_14_database
     assert "USING hash" in index_definition(dsn)
-
-    async def current(cursor: Any) -> tuple[int, int]:  # a Kilolock of schema 14
-        return 14, 14
-
-    monkeypatch.setattr(runner, "ensure_schema", current)
+    as_kilolock_of(monkeypatch, 14)
     store = PostgresStateStore(dsn, reactor, pool_size=1)
     await store.start()
     try:
