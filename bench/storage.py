@@ -5,7 +5,10 @@
 
 Part 1, small history: C{--versions} versions of a 50-resource state (about
 41 KB, pretty-printed like Terraform), two resources changed per version,
-either random ones or the same two every time.  For each storage scheme it
+either random ones or the same two every time.  For each storage scheme
+(the write path's policy, and schemes it does not implement: deltas
+against a fixed snapshot, chains against the previous version, skip
+deltas, two levels) it
 prints the bytes per version (all payloads and wrapped keys of the history
 divided by the number of versions: what the history costs, amortised),
 without and with encryption, how many payloads a read decodes at most, and
@@ -130,6 +133,23 @@ def fixed_history(raws: list[bytes], level: int, base_of: Callable[[int], int | 
     return sizes
 
 
+def skip_delta_base(number: int, k: int = 64) -> int | None:
+    """Skip deltas: version C{i} of a group of C{k} (a full snapshot at 0)
+    against version C{i & (i - 1)}, so a read decodes at most
+    log2(k) + 1 payloads, and a delta spans 3 versions' changes on average."""
+    offset = number % k
+    return None if offset == 0 else number - offset + (offset & (offset - 1))
+
+
+def two_level_base(number: int, k: int = 64, step: int = 4) -> int | None:
+    """A full snapshot every C{k} versions, every C{step}-th version a delta
+    against it, the others against that one: at most three payloads a read."""
+    offset = number % k
+    if offset == 0:
+        return None
+    return number - offset if offset % step == 0 else number - offset % step
+
+
 def gzip_history(raws: list[bytes], encrypted: bool) -> list[int]:
     extra = 1 + 12 + 16 + len(KEYS.wrap(b"k" * 32).to_bytes()) if encrypted else 0
     return [len(zlib.compress(raw, 6)) + 18 + extra for raw in raws]
@@ -169,13 +189,19 @@ def small_part(versions: int) -> None:
                          statistics.mean(fixed_history(
                              raws, 1, lambda n, k=k: None if n % k == 0 else n - n % k, True)),
                          "2", "", "", ""))
-        for k in (16, 32):
+        for k in (16, 32, 64):
             rows.append((f"zstd -1 delta vs previous (chain), K={k}",
                          statistics.mean(fixed_history(
                              raws, 1, lambda n, k=k: None if n % k == 0 else n - 1, False)),
                          statistics.mean(fixed_history(
                              raws, 1, lambda n, k=k: None if n % k == 0 else n - 1, True)),
                          str(k), "", "", ""))
+        for name, base_of, reads in (
+                ("zstd -1 skip deltas (k vs k & (k-1)), K=64", skip_delta_base, "7"),
+                ("zstd -1 deltas vs a delta every 4 vs snapshot, K=64", two_level_base, "3")):
+            rows.append((name, statistics.mean(fixed_history(raws, 1, base_of, False)),
+                         statistics.mean(fixed_history(raws, 1, base_of, True)), reads,
+                         "", "", ""))
         for level, delta_level in ((3, 1), (3, 3), (1, 1)):
             policy = CompressionPolicy(level=level, delta_level=delta_level)
             plain, _, _, _ = policy_history(raws, policy, False)
