@@ -222,6 +222,16 @@ def database_at(admin_dsn: str, version: int) -> Iterator[str]:
         yield dsn
 
 
+@pytest.fixture
+def database_at_schema(request: pytest.FixtureRequest, postgres_admin_dsn: str
+                       ) -> Iterator[str]:
+    """L{database_at} the schema version the test names as this fixture's
+    indirect parameter: C{@pytest.mark.parametrize("database_at_schema",
+    [13], indirect=True)}."""
+    with database_at(postgres_admin_dsn, request.param) as dsn:
+        yield dsn
+
+
 def as_kilolock_of(monkeypatch: pytest.MonkeyPatch, version: int) -> None:
     """Stores started until C{monkeypatch} is undone find the database
     current at schema C{version}, as the Kilolock of that version did: they

@@ -9,13 +9,12 @@ its rows as they were, and is written and read as a new one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import pytest_twisted
 from at_rest_support import query
-from fixtures_postgres import as_kilolock_of, database_at, upgrade_schema
+from fixtures_postgres import as_kilolock_of, upgrade_schema
 from stub_client import state_body
 
 from kilolock.model import DEFAULT_TENANT, Principal, Projection, ResourceQuery, StateKey
@@ -170,21 +169,16 @@ def test_the_key_is_the_state_and_the_ordinal(postgres_dsn: str) -> None:
                  ) == [(["fillfactor=70"],)]
 
 
-@pytest.fixture
-def database_at_13(postgres_admin_dsn: str) -> Iterator[str]:
-    with database_at(postgres_admin_dsn, 13) as dsn:
-        yield dsn
-
-
+@pytest.mark.parametrize("database_at_schema", [13], indirect=True)
 @pytest_twisted.ensureDeferred
 async def test_an_upgrade_keeps_the_rows_and_then_updates_them(
-        database_at_13: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        database_at_schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """States written at schema 13 (small and blocking writes, a changed
     resource) keep every row as it was through the upgrade, read the same,
     and are then written in place like any other."""
     from twisted.internet import reactor
 
-    dsn = database_at_13
+    dsn = database_at_schema
     small, blocking = StateKey(DEFAULT_TENANT, "small"), StateKey(DEFAULT_TENANT, "blocking")
     first = [A, B, resource("c", "1", count=2)]
     old = {small: state_body(2, resources=[A, resource("b", "2"), first[2]]),

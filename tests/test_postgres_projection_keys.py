@@ -7,13 +7,12 @@ projection's, read back in order."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import pytest_twisted
 from at_rest_support import query
-from fixtures_postgres import as_kilolock_of, database_at, upgrade_schema
+from fixtures_postgres import as_kilolock_of, upgrade_schema
 
 from kilolock.model import DEFAULT_TENANT, Principal, StateKey
 from kilolock.store.postgres import large
@@ -70,18 +69,13 @@ def indexes(dsn: str, table: str) -> list[str]:
         dsn, "SELECT indexdef FROM pg_indexes WHERE tablename = %s", (table,)))
 
 
-@pytest.fixture
-def schema_15_database(postgres_admin_dsn: str) -> Iterator[str]:
-    with database_at(postgres_admin_dsn, 15) as dsn:
-        yield dsn
-
-
+@pytest.mark.parametrize("database_at_schema", [15], indirect=True)
 @pytest_twisted.ensureDeferred
 async def test_an_upgrade_keeps_the_rows_and_writes_replace_them(
-        schema_15_database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        database_at_schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from twisted.internet import reactor
 
-    dsn = schema_15_database
+    dsn = database_at_schema
     as_kilolock_of(monkeypatch, 15)
     store = PostgresStateStore(dsn, reactor, pool_size=1)
     await store.start()

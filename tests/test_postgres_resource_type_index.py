@@ -8,14 +8,13 @@ before."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg2
 import pytest
 import pytest_twisted
 from at_rest_support import execute, query
-from fixtures_postgres import as_kilolock_of, database_at, upgrade_schema
+from fixtures_postgres import as_kilolock_of, upgrade_schema
 
 from kilolock.model import DEFAULT_TENANT, Principal, ResourceQuery, StateKey
 from kilolock.store.postgres import statements
@@ -109,24 +108,19 @@ async def test_a_type_longer_than_a_btree_entry_is_stored_and_found(
     assert await found(store, long_type) == [("long", f"{long_type}.r0")]
 
 
-@pytest.fixture
-def schema_14_database(postgres_admin_dsn: str) -> Iterator[str]:
-    with database_at(postgres_admin_dsn, 14) as dsn:
-        yield dsn
-
-
 def index_definition(dsn: str) -> Any:
     ((definition,),) = query(dsn, "SELECT indexdef FROM pg_indexes"
                                   " WHERE indexname = 'resources_type'")
     return definition
 
 
+@pytest.mark.parametrize("database_at_schema", [14], indirect=True)
 @pytest_twisted.ensureDeferred
 async def test_an_upgrade_from_schema_14_indexes_the_rows_it_finds(
-        schema_14_database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        database_at_schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from twisted.internet import reactor
 
-    dsn = schema_14_database
+    dsn = database_at_schema
     assert "USING hash" in index_definition(dsn)
     as_kilolock_of(monkeypatch, 14)
     store = PostgresStateStore(dsn, reactor, pool_size=1)
