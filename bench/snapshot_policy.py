@@ -1,15 +1,16 @@
 """The snapshot policy's settings against bytes per version and read time.
 
 For each setting of L{kilolock.atrest.compression.CompressionPolicy}
-(snapshot_ratio, max_versions_since, delta_level, level), --states histories of
---versions versions of the realistic 41 KB state (bench/state_history.py,
+(snapshot_ratio, max_versions_since, delta_level, level), --states histories
+of --versions versions of the realistic 41 KB state (bench/state_history.py,
 2 random resources of 50 changed per version) are stored as the write path
-stores them (bench/storage.py's policy_history: the newest snapshot offered
-to every write), then every version is read back (its snapshot decoded,
-then its delta, each checked against its sha256).  Printed: the stored
-payload per version (plain), the share of snapshots, and the medians of
-encode and read time per version in microseconds (a read always decodes one
-snapshot and at most one delta, so the setting moves its time little).
+stored them before chains (bench/storage.py's policy_history with chains
+off: the newest snapshot offered to every write; bench/storage.py measures
+the policy with chains), then every version is read back (its snapshot
+decoded, then its delta, each checked against its sha256).  Printed: the
+stored payload per version (plain), the share of snapshots, and the medians
+of encode and read time per version in microseconds (a read always decodes
+one snapshot and at most one delta, so the setting moves its time little).
 
     python bench/snapshot_policy.py [--versions 200] [--states 3] [--rounds 3]
 """
@@ -58,7 +59,8 @@ def main() -> None:
         reads: list[float] = []
         for round_ in range(args.rounds):
             for raws in histories:
-                stored, encode_times, decode_times, snaps = policy_history(raws, policy, False)
+                stored, encode_times, decode_times, snaps, _ = policy_history(
+                    raws, policy, False, chains=False)
                 encodes.append(statistics.median(encode_times))
                 reads.append(statistics.median(decode_times))
                 if round_ == 0:

@@ -67,6 +67,8 @@ from kilolock.atrest.stored import (
     encode_version,
     iter_decode_version,
 )
+from kilolock.model import StateKey
+from kilolock.store.postgres.payloads import ChainCache
 
 KEYS = KeyRing([KeyEncryptionKey("2026-12", os.urandom(32))], "2026-12")
 
@@ -82,25 +84,29 @@ def median_us(samples: list[float]) -> float:
 # -- part 1: small histories -----------------------------------------------------------
 
 
-def policy_history(raws: list[bytes], policy: CompressionPolicy, encrypted: bool
-                   ) -> tuple[list[int], list[float], list[float], int]:
+def policy_history(raws: list[bytes], policy: CompressionPolicy, encrypted: bool,
+                   chains: bool = True) -> tuple[list[int], list[float], list[float], int, int]:
     """Store a history as the write path would (L{encode_version} with the
-    newest snapshot offered), then read every version back.  Returns the
-    stored size of each version, encode and decode times, and snapshots."""
+    bases the store's L{ChainCache} offers: the newest version and its
+    chain's snapshot; with C{chains} False only the snapshot, as before
+    chains), then read every version back from its chain, as a process
+    that holds none of it.  Returns the stored size of each version,
+    encode and decode times, snapshots, and the most payloads a read
+    decodes."""
     sizes, encode_times, decode_times = [], [], []
     rows: list[tuple[StoredPayload, VersionIdentity, int | None]] = []
-    snapshot: tuple[int, bytes, int] | None = None
+    cache, key = ChainCache(), StateKey("acme", "prod/network")
     for number, raw in enumerate(raws):
-        offered = None if snapshot is None else Snapshot(
-            Base(snapshot[1], sha256_hex(snapshot[1])), snapshot[2], number - 1 - snapshot[0])
+        cached = cache.get(key)
         started = time.perf_counter()
         data_key = KEYS.generate() if encrypted else None
-        stored = encode_version(raw, identity(raw, number), offered, data_key, policy)
+        stored = encode_version(raw, identity(raw, number),
+                                None if cached is None else cached.snapshot, data_key, policy,
+                                None if cached is None or not chains else cached.newest)
         encode_times.append(time.perf_counter() - started)
-        base_number = snapshot[0] if stored.codec is Codec.ZSTD_DELTA and snapshot else None
-        if stored.codec is not Codec.ZSTD_DELTA:
-            snapshot = (number, raw, len(stored.payload))
-        rows.append((stored, identity(raw, number), base_number))
+        rows.append((stored, identity(raw, number),
+                     None if cached is None else cached.base_number(stored)))
+        cache.written(key, number, raw, sha256_hex(raw), stored, cached)
         sizes.append(len(stored.payload) + len(stored.data_key or b""))
 
     def read(index: int) -> bytes:
@@ -110,12 +116,17 @@ def policy_history(raws: list[bytes], policy: CompressionPolicy, encrypted: bool
                if stored.data_key is not None else None)
         return decode_version(stored, ident, base, key)
 
+    def links(index: int) -> int:
+        base_number = rows[index][2]
+        return 1 if base_number is None else 1 + links(base_number)
+
     for index, raw in enumerate(raws):
         started = time.perf_counter()
         assert read(index) == raw
         decode_times.append(time.perf_counter() - started)
     snapshots = sum(1 for stored, _, _ in rows if stored.codec is not Codec.ZSTD_DELTA)
-    return sizes, encode_times, decode_times, snapshots
+    return (sizes, encode_times, decode_times, snapshots,
+            max(links(index) for index in range(len(rows))))
 
 
 def fixed_history(raws: list[bytes], level: int, base_of: Callable[[int], int | None],
@@ -202,13 +213,15 @@ def small_part(versions: int) -> None:
             rows.append((name, statistics.mean(fixed_history(raws, 1, base_of, False)),
                          statistics.mean(fixed_history(raws, 1, base_of, True)), reads,
                          "", "", ""))
-        for level, delta_level in ((3, 1), (3, 3), (1, 1)):
+        for level, delta_level, chains in ((3, 1, False), (3, 1, True), (3, 3, True),
+                                           (1, 1, True)):
             policy = CompressionPolicy(level=level, delta_level=delta_level)
-            plain, _, _, _ = policy_history(raws, policy, False)
-            sealed, enc, dec, snapshots = policy_history(raws, policy, True)
-            mark = " (default)" if policy == CompressionPolicy() else ""
-            rows.append((f"policy: -{level}, deltas -{delta_level}, snapshot at 20%/64{mark}",
-                         statistics.mean(plain), statistics.mean(sealed), "2",
+            plain, _, _, _, _ = policy_history(raws, policy, False, chains)
+            sealed, enc, dec, snapshots, most = policy_history(raws, policy, True, chains)
+            mark = " (default)" if policy == CompressionPolicy() and chains else ""
+            shape = "chains" if chains else "vs snapshot (before chains)"
+            rows.append((f"policy: -{level}, deltas -{delta_level}, {shape}{mark}",
+                         statistics.mean(plain), statistics.mean(sealed), str(most),
                          f"{median_us(enc):.0f}", f"{median_us(dec):.0f}", str(snapshots)))
         for name, plain_b, sealed_b, reads, enc_us, dec_us, snaps in rows:
             print(f"{name:<52} {plain_b:>9,.0f} {sealed_b:>9,.0f} {reads:>5} {enc_us:>7}"

@@ -15,7 +15,10 @@ never loses:
   - a version an operation in progress holds (L{kilolock.interfaces.IRetentionStore.hold_version}:
     a rollback while it runs, a TFE lane's finalised upload, the pending
     operations of the native write side);
-  - the full snapshot a kept delta is decoded against (its base).
+
+A kept version that is a delta against a version the policy lets go is
+first re-encoded by the store as a full snapshot (L{rebased} names them):
+what a policy lets go is gone, whatever chains of deltas ran through it.
 
 Tombstones (versions already pruned or purged) count for nothing: the
 newest C{versions} are counted among versions whose bytes are stored.
@@ -48,6 +51,7 @@ __all__ = [
     "policy_document",
     "prunable",
     "pruned_error",
+    "rebased",
 ]
 
 #: The largest limits a policy may set.
@@ -124,8 +128,8 @@ def effective_policy(server: RetentionPolicy, tenant: RetentionPolicy | None,
 @frozen
 class VersionFacts:
     """What the rule reads of one stored version (never a tombstone):
-    C{base} is the number of the full snapshot a delta is decoded against
-    (None for a full payload)."""
+    C{base} is the number of the version a delta is decoded against (None
+    for a full payload)."""
 
     number: int
     created_at: datetime
@@ -149,9 +153,16 @@ def prunable(versions: Sequence[VersionFacts], policy: RetentionPolicy, now: dat
             keep.add(version.number)
         if policy.days is not None and now - version.created_at < timedelta(days=policy.days):
             keep.add(version.number)
-    keep |= {version.base for version in newest_first
-             if version.number in keep and version.base is not None}
     return sorted(version.number for version in versions if version.number not in keep)
+
+
+def rebased(versions: Sequence[VersionFacts], pruned: Collection[int]) -> list[int]:
+    """The numbers of the C{versions} that stay but are deltas against a
+    version in C{pruned}: each must become a full snapshot before its base
+    goes.  Oldest first."""
+    gone = set(pruned)
+    return sorted(version.number for version in versions
+                  if version.number not in gone and version.base in gone)
 
 
 def pruned_error(number: int, pruned_at: datetime | None, reason: str | None) -> VersionPruned:

@@ -9,7 +9,14 @@ import pytest
 from attrs import evolve
 from stub_client import state_body
 
-from kilolock.atrest.compression import Base, Codec, CompressionPolicy, Snapshot, sha256_hex
+from kilolock.atrest.compression import (
+    Base,
+    Codec,
+    CompressionPolicy,
+    Newest,
+    Snapshot,
+    sha256_hex,
+)
 from kilolock.atrest.envelope import VersionIdentity
 from kilolock.atrest.errors import AuthenticationFailed, CorruptVersion, UnknownKey, WrongBase
 from kilolock.atrest.keyring import KeyEncryptionKey, KeyRing
@@ -60,7 +67,7 @@ def test_every_version_of_a_history_is_recovered(encrypted: bool) -> None:
     assert all(each.error is None for each in recovered)
     delta = next(row for row in rows if row.codec == "zstd-delta")
     base = next(row for row in rows if row.number == delta.base_number)
-    assert recover_version(KEYS, delta, base) == raws[delta.number - 1]
+    assert recover_version(KEYS, delta, [base]) == raws[delta.number - 1]
 
 
 def test_a_broken_row_is_reported_and_the_others_recovered() -> None:
@@ -90,3 +97,43 @@ def test_rows_need_a_key_file_when_encrypted_and_a_known_codec() -> None:
     with pytest.raises(WrongBase):
         recover_version(KEYS, next(row for row in write_history(3, KEYS)[0]
                                    if row.codec == "zstd-delta"))
+
+
+def write_chain(count: int, keys: KeyRing | None) -> tuple[list[VersionRow], list[bytes]]:
+    """A history written as one chain: a snapshot, then each version a
+    delta against the one before it."""
+    rows: list[VersionRow] = []
+    raws: list[bytes] = []
+    for number in range(1, count + 1):
+        raw = version(number)
+        identity = VersionIdentity("acme", "prod/app", number, sha256_hex(raw), len(raw))
+        snapshot = None if not rows else Snapshot(Base(raws[0], rows[0].sha256),
+                                                  len(rows[0].payload), number - 2)
+        newest = None if number < 3 else Newest(Base(raws[-1], rows[-1].sha256), number - 1)
+        stored = encode_version(raw, identity, snapshot, keys.generate() if keys else None,
+                                CompressionPolicy(snapshot_ratio=1.0), newest)
+        assert stored.links == number
+        rows.append(VersionRow("acme", "prod/app", number, number, identity.sha256, len(raw),
+                               stored.codec.value, stored.payload, stored.data_key,
+                               None if number == 1 else number - 1))
+        raws.append(raw)
+    return rows, raws
+
+
+@pytest.mark.parametrize("encrypted", [True, False])
+def test_a_chain_is_recovered_whatever_the_order_of_its_rows(encrypted: bool) -> None:
+    """Six versions, each a delta against the one before: every version
+    back, in the order given (newest first too); one version alone with
+    its chain; a damaged link fails itself and the versions after it, and
+    only those."""
+    keys = KEYS if encrypted else None
+    rows, raws = write_chain(6, keys)
+    assert [each.raw for each in recover_state(keys, rows)] == raws
+    assert [each.raw for each in recover_state(keys, rows[::-1])] == raws[::-1]
+    assert recover_version(keys, rows[5], rows[:5][::-1]) == raws[5]
+    with pytest.raises(WrongBase, match="the base of version 5 is not among the rows"):
+        recover_version(keys, rows[5], [rows[0], rows[1], rows[2], rows[4]])
+    rows[3] = evolve(rows[3], payload=rows[3].payload[:-1] + b"!")
+    outcomes = list(recover_state(keys, rows))
+    assert [each.raw for each in outcomes[:3]] == raws[:3]
+    assert all(each.raw is None and each.error is not None for each in outcomes[3:])

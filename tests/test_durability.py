@@ -38,7 +38,7 @@ from fixtures_server import (
 from stub_client import Reply, content_md5, lock_body, terraform_headers
 from tcp_table import unread_bytes
 
-from kilolock.atrest.compression import Base, Codec, decompress_version, zstd
+from kilolock.atrest.compression import Base, Codec, decompress_version
 
 pytestmark = pytest.mark.postgres
 
@@ -180,13 +180,11 @@ def stored_versions(dsn: str, path: str) -> list[dict[str, Any]]:
         with connection, connection.cursor() as cursor:
             cursor.execute(
                 "SELECT v.id, v.number, v.serial, v.sha256, v.size, v.codec, v.payload,"
-                " b.payload, b.sha256, v.resource_count,"
+                " v.base_number, v.resource_count,"
                 " (SELECT count(*) FROM events e WHERE e.tenant_id = s.tenant_id"
                 "  AND e.state_path = s.path AND e.kind = 'state_write'"
                 "  AND coalesce(e.sha256, encode(e.sha256_bytes, 'hex')) = v.sha256)"
                 " FROM state_versions v JOIN states s ON s.id = v.state_id"
-                " LEFT JOIN state_versions b ON b.state_id = v.state_id"
-                "  AND b.number = v.base_number"
                 " WHERE s.tenant_id = 'default' AND s.path = %s ORDER BY v.number", (path,))
             rows = cursor.fetchall()
             # A state's projection rows are its current version's (a row's
@@ -196,23 +194,19 @@ def stored_versions(dsn: str, path: str) -> list[dict[str, Any]]:
             (state_rows,) = cursor.fetchone()
     finally:
         connection.close()
-    return [{"id": id_, "number": number, "serial": serial, "sha256": sha256, "size": size,
-             "raw": _decoded(codec, payload, size, sha256, base, base_sha256),
-             "resource_count": resource_count, "events": events,
-             "projected_rows": state_rows if index == len(rows) - 1 else None}
-            for index, (id_, number, serial, sha256, size, codec, payload, base, base_sha256,
-                        resource_count, events) in enumerate(rows)]
-
-
-def _decoded(codec: str, payload: Any, size: int, sha256: str, base: Any,
-             base_sha256: str | None) -> bytes:
-    """A version's raw bytes from its stored payload (and its base
-    snapshot's, for a delta), by the at-rest codecs alone."""
-    snapshot = None
-    if codec == Codec.ZSTD_DELTA.value:
-        base_raw = zstd.decompress(bytes(base))
-        snapshot = Base(base_raw, str(base_sha256))
-    return decompress_version(Codec(codec), bytes(payload), size, sha256, snapshot)
+    # Oldest first: a delta's base (an earlier version) is decoded before it.
+    decoded: dict[int, Base] = {}
+    versions = []
+    for index, (id_, number, serial, sha256, size, codec, payload, base_number,
+                resource_count, events) in enumerate(rows):
+        base = None if base_number is None else decoded[base_number]
+        raw = decompress_version(Codec(codec), bytes(payload), size, sha256, base)
+        decoded[number] = Base(raw, sha256)
+        versions.append({"id": id_, "number": number, "serial": serial, "sha256": sha256,
+                         "size": size, "raw": raw, "resource_count": resource_count,
+                         "events": events,
+                         "projected_rows": state_rows if index == len(rows) - 1 else None})
+    return versions
 
 
 #: What a Kilolock session runs in the middle of a write: on the pool (states

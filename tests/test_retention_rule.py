@@ -19,6 +19,7 @@ from kilolock.retention import (
     effective_policy,
     parse_policy,
     prunable,
+    rebased,
 )
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -79,13 +80,20 @@ def test_held_versions_stay() -> None:
         1, 2, 4, 6, 7, 8]
 
 
-def test_the_base_of_a_kept_delta_stays() -> None:
-    """A delta is decoded against its snapshot: the snapshot stays while a
-    kept delta needs it; the base of a pruned delta does not."""
-    versions = history(*(DAY * (6 - index) for index in range(6)),
-                       bases={2: 1, 3: 1, 5: 4, 6: 4})
-    assert prunable(versions, RetentionPolicy(versions=2), NOW) == [1, 2, 3]
-    assert prunable(versions, RetentionPolicy(versions=4), NOW) == [2]
+def test_a_kept_delta_whose_base_goes_is_rebased() -> None:
+    """The policy decides alone, chains or not; the kept deltas whose base
+    goes are named for re-encoding, and no other version."""
+    chain = history(*(DAY * (6 - index) for index in range(6)),
+                    bases={2: 1, 3: 2, 4: 3, 5: 4, 6: 5})
+    gone = prunable(chain, RetentionPolicy(versions=2), NOW)
+    assert gone == [1, 2, 3, 4]
+    assert rebased(chain, gone) == [5]
+    against_snapshots = history(*(DAY * (6 - index) for index in range(6)),
+                                bases={2: 1, 3: 1, 5: 4, 6: 4})
+    gone = prunable(against_snapshots, RetentionPolicy(versions=4), NOW)
+    assert gone == [1, 2]
+    assert rebased(against_snapshots, gone) == [3]
+    assert rebased(against_snapshots, [2, 3]) == []
 
 
 def test_tombstones_do_not_count_among_the_newest() -> None:

@@ -353,19 +353,21 @@ def codecs(dsn: str) -> list[tuple[int, str, int | None]]:
 @pytest_twisted.ensureDeferred
 async def test_purging_a_snapshot_re_encodes_its_deltas(pg_store: Any, postgres_dsn: str,
                                                         clock: FakeClock) -> None:
-    """The deltas made against a purged snapshot are re-encoded in the same
-    transaction (the first as a snapshot, the others against it), each
-    reads back exactly, and no delta points at a tombstone."""
+    """Each version is a delta against the one before it (a chain); the
+    delta made against a purged snapshot is re-encoded in the same
+    transaction as a snapshot, the versions after it keep their payloads,
+    each reads back exactly, and no delta points at a tombstone."""
     await daily_history(pg_store, clock, 6, kind=similar)
-    assert codecs(postgres_dsn)[0] == (1, "zstd", None)
-    assert {codec for _, codec, _ in codecs(postgres_dsn)[1:]} == {"zstd-delta"}
+    assert codecs(postgres_dsn) == [(1, "zstd", None), *[
+        (number, "zstd-delta", number - 1) for number in range(2, 7)]]
     await pg_store.purge_version(KEY, 1, "leak", ADMIN)
     assert codecs(postgres_dsn) == [(1, "pruned", None), (2, "zstd", None),
-                                    *[(number, "zstd-delta", 2) for number in range(3, 7)]]
+                                    *[(number, "zstd-delta", number - 1)
+                                      for number in range(3, 7)]]
     for number in range(2, 7):
         assert await pg_store.read_version(KEY, number) == similar(number)
     detail = json.loads((await pg_store.list_events(DEFAULT_TENANT))[-1].detail)
-    assert detail["reencoded"] == [2, 3, 4, 5, 6]
+    assert detail["reencoded"] == [2]
     await pg_store.write_state(KEY, upload(similar(7)), None, ADMIN)
     assert await pg_store.read_current(KEY) == similar(7)
     assert [kek for (kek,) in query(postgres_dsn, "SELECT kek_id FROM state_versions"
@@ -374,17 +376,40 @@ async def test_purging_a_snapshot_re_encodes_its_deltas(pg_store: Any, postgres_
 
 @pg
 @pytest_twisted.ensureDeferred
-async def test_pruning_keeps_the_snapshot_a_kept_delta_needs(pg_store: Any, postgres_dsn: str,
-                                                             clock: FakeClock) -> None:
-    """Retention keeps a delta's base while the delta stays, and every kept
-    version reads back."""
+async def test_purging_a_link_of_a_chain_re_encodes_the_next_version(
+        pg_store: Any, postgres_dsn: str, clock: FakeClock) -> None:
+    """Purging a version in the middle of a chain makes the version after
+    it a snapshot; the versions before and after read back exactly, the
+    purged one answers its tombstone."""
+    await daily_history(pg_store, clock, 6, kind=similar)
+    await pg_store.purge_version(KEY, 3, "leak", ADMIN)
+    assert codecs(postgres_dsn) == [(1, "zstd", None), (2, "zstd-delta", 1), (3, "pruned", None),
+                                    (4, "zstd", None), (5, "zstd-delta", 4),
+                                    (6, "zstd-delta", 5)]
+    for number in (1, 2, 4, 5, 6):
+        assert await pg_store.read_version(KEY, number) == similar(number)
+    await failure_of(pg_store.read_version(KEY, 3), VersionPruned)
+    detail = json.loads((await pg_store.list_events(DEFAULT_TENANT))[-1].detail)
+    assert detail["reencoded"] == [4]
+
+
+@pg
+@pytest_twisted.ensureDeferred
+async def test_pruning_makes_the_oldest_kept_delta_a_snapshot(
+        pg_store: Any, postgres_dsn: str, clock: FakeClock) -> None:
+    """What the policy lets go goes, though kept versions were deltas on
+    it: the oldest kept one is re-encoded as a snapshot in the same
+    transaction, every kept version reads back, the event names it."""
     await daily_history(pg_store, clock, 5, kind=similar)
     outcome = await pg_store.prune_state(KEY, RetentionPolicy(versions=2), clock(), 500)
-    assert outcome.pruned == (2, 3)
-    assert [codec for _, codec, _ in codecs(postgres_dsn)] == [
-        "zstd", "pruned", "pruned", "zstd-delta", "zstd-delta"]
-    for number in (1, 4, 5):
+    assert outcome.pruned == (1, 2, 3)
+    assert codecs(postgres_dsn) == [(1, "pruned", None), (2, "pruned", None),
+                                    (3, "pruned", None), (4, "zstd", None), (5, "zstd-delta", 4)]
+    for number in (4, 5):
         assert await pg_store.read_version(KEY, number) == similar(number)
+    detail = json.loads((await pg_store.list_events(DEFAULT_TENANT))[-1].detail)
+    assert detail == {"pruned_versions": [1, 2, 3], "reencoded": [4],
+                      "reason": "retention: keep the newest 2 versions"}
 
 
 @pg

@@ -19,6 +19,7 @@ from kilolock.atrest.compression import (
     Base,
     Codec,
     CompressionPolicy,
+    Newest,
     Snapshot,
     base_fingerprint,
     compress_delta,
@@ -157,6 +158,44 @@ def test_the_policy_starts_a_new_snapshot_when_deltas_grow_or_age() -> None:
     assert compress_version(NEXT, snapshot_of(STATE, 64)).codec is Codec.ZSTD
     strict = CompressionPolicy(snapshot_ratio=0.001)
     assert compress_version(NEXT, snapshot_of(STATE), strict).codec is Codec.ZSTD
+
+
+THIRD = state_body(9, resources=resources(50, {3: "a" * 32, 41: "b" * 32, 17: "c" * 32}))
+
+
+def test_a_delta_is_the_next_link_of_the_newest_versions_chain() -> None:
+    """Offered the newest version, the delta is made against it (one link
+    more than it), holds only what changed since it, and decodes with it;
+    without it, against the snapshot (2 links)."""
+    newest = Newest(base_of(NEXT), 5)
+    chained = compress_version(THIRD, snapshot_of(STATE, 4), newest=newest)
+    assert (chained.codec, chained.base_sha256, chained.links) == (
+        Codec.ZSTD_DELTA, sha256_hex(NEXT), 6)
+    against_snapshot = compress_version(THIRD, snapshot_of(STATE, 4))
+    assert (against_snapshot.base_sha256, against_snapshot.links) == (sha256_hex(STATE), 2)
+    assert len(chained.data) < len(against_snapshot.data)
+    assert decode(Codec.ZSTD_DELTA, chained.data, THIRD, base_of(NEXT)) == THIRD
+    with pytest.raises(WrongBase):
+        decode(Codec.ZSTD_DELTA, chained.data, THIRD, base_of(STATE))
+
+
+def test_a_chain_stops_at_its_link_and_byte_limits() -> None:
+    """A chain as long as max_links ends: a new snapshot.  A chain whose
+    links times the state's size would pass chain_bytes is not extended:
+    the delta goes against the snapshot.  Past max_versions_since, a new
+    snapshot."""
+    policy = CompressionPolicy(max_links=6)
+    assert compress_version(THIRD, snapshot_of(STATE, 4), policy,
+                            Newest(base_of(NEXT), 5)).links == 6
+    assert compress_version(THIRD, snapshot_of(STATE, 5), policy,
+                            Newest(base_of(NEXT), 6)).codec is Codec.ZSTD
+    tight = CompressionPolicy(chain_bytes=3 * len(THIRD))
+    assert compress_version(THIRD, snapshot_of(STATE, 1), tight,
+                            Newest(base_of(NEXT), 2)).links == 3
+    assert compress_version(THIRD, snapshot_of(STATE, 2), tight,
+                            Newest(base_of(NEXT), 3)).links == 2
+    assert compress_version(THIRD, snapshot_of(STATE, 64),
+                            newest=Newest(base_of(NEXT), 2)).codec is Codec.ZSTD
 
 
 def test_large_states_are_full_frames_at_the_large_level() -> None:

@@ -6,17 +6,21 @@ Three codecs (the C{codec} column of a version row):
     that zstd does not shrink, such as an OpenTofu encrypted envelope);
   - C{zstd}: one standard zstd frame, its content size in the header and no
     frame checksum (the version's sha256 is checked instead);
-  - C{zstd-delta}: the version compressed with the raw bytes of a full
-    snapshot of the same state as zstd's prefix (what C{zstd --patch-from}
-    does).  The payload is a zstd skippable frame holding the first 8 bytes of
-    the snapshot's sha256, then the zstd frame, so C{zstd -d --patch-from
-    SNAPSHOT} reads it as it is, and a delta handed the wrong base is refused.
+  - C{zstd-delta}: the version compressed with the raw bytes of an earlier
+    version of the same state (its base) as zstd's prefix (what C{zstd
+    --patch-from} does).  The payload is a zstd skippable frame holding the
+    first 8 bytes of the base's sha256, then the zstd frame, so C{zstd -d
+    --patch-from BASE} reads it as it is, and a delta handed the wrong base is
+    refused.
 
-A delta is always against a full snapshot, never against another delta: a
-read decodes at most one snapshot and one delta, whatever the history.  When
-to start a new snapshot is L{CompressionPolicy}'s rule (see
-C{docs/at-rest.md}).  Every decode checks the size and the sha256 the row
-records for the version before returning anything.
+A delta is made against the state's newest version (a chain: each version
+a delta against the one before it), or, when that chain is as long as the
+policy allows, against the chain's full snapshot; a read decodes the chain
+from its snapshot to the version, each link checked by its own sha256.  When
+to start a new snapshot and how long a chain may grow are
+L{CompressionPolicy}'s rules (see C{docs/at-rest.md}).  Every decode checks
+the size and the sha256 the row records for the version before returning
+anything.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ else:
 _P = zstd.CompressionParameter
 
 #: A skippable frame (magic 0x184D2A5B, little-endian) of 8 bytes: the first
-#: 8 bytes of the base snapshot's sha256.
+#: 8 bytes of the base's sha256.
 _BASE_MAGIC = struct.pack("<II", 0x184D2A5B, 8)
 _BASE_HEADER = len(_BASE_MAGIC) + 8
 
@@ -67,7 +71,7 @@ class Codec(enum.Enum):
 
 @frozen
 class Base:
-    """A full snapshot's raw bytes and their sha256 (lowercase hex)."""
+    """A base version's raw bytes and their sha256 (lowercase hex)."""
 
     raw: bytes = field(repr=lambda raw: f"<{len(raw)} bytes>")
     sha256: str
@@ -88,6 +92,17 @@ class Snapshot:
 
 
 @frozen
+class Newest:
+    """The newest version of a state when it is a delta, offered to a write
+    as the base of the next link of its chain: its raw bytes and sha256, and
+    C{links}, the payloads a read of it decodes (2 or more: its snapshot and
+    the deltas up to it)."""
+
+    base: Base
+    links: int
+
+
+@frozen
 class CompressionPolicy:
     """Levels and the snapshot rule (the figures behind them: docs/at-rest.md).
 
@@ -100,6 +115,16 @@ class CompressionPolicy:
     it becomes a new full snapshot.  States of C{large_size} bytes or more are
     always full snapshots at C{large_level}: a delta would hold their base in
     memory a second time, and zstd is fast enough for their size anyway.
+
+    The delta's base is the newest version (the next link of its chain) while
+    a read of the new version would decode at most C{max_links} payloads
+    (past that, a new snapshot) and at most C{chain_bytes} bytes of output
+    (links times the state's size; past that, the delta goes against the
+    chain's snapshot: mid-sized states get short chains and deltas against
+    their snapshot).  A chain's deltas hold only what
+    changed since the version before, so a history of small changes costs a
+    few hundred bytes per version; the limits bound what a read of a version
+    whose bytes this process does not hold decodes.
     """
 
     level: int = 3
@@ -108,6 +133,8 @@ class CompressionPolicy:
     large_size: int = 8 * 1024 * 1024
     snapshot_ratio: float = 0.2
     max_versions_since: int = 64
+    max_links: int = 64
+    chain_bytes: int = 4 * 1024 * 1024
 
 
 DEFAULT_POLICY = CompressionPolicy()
@@ -115,11 +142,13 @@ DEFAULT_POLICY = CompressionPolicy()
 
 @frozen
 class Compressed:
-    """A version's payload before encryption; C{base_sha256} is set for deltas."""
+    """A version's payload before encryption; C{base_sha256} is set for
+    deltas; C{links} counts the payloads a read of it decodes (1: full)."""
 
     codec: Codec
     data: bytes = field(repr=lambda data: f"<{len(data)} bytes>")
     base_sha256: str | None = None
+    links: int = 1
 
 
 def sha256_hex(raw: bytes) -> str:
@@ -167,21 +196,27 @@ def compress_delta(raw: bytes, base: Base, level: int) -> bytes:
 
 
 def compress_version(raw: bytes, snapshot: Snapshot | None,
-                     policy: CompressionPolicy = DEFAULT_POLICY) -> Compressed:
+                     policy: CompressionPolicy = DEFAULT_POLICY,
+                     newest: Newest | None = None) -> Compressed:
     """The payload to store for C{raw}, following C{policy}.
 
     C{snapshot} is the newest full snapshot of the same state, or None (the
     first version, a snapshot that could not be read, or no wish for a
-    delta).  Any full snapshot of the state is a correct base: an older one
-    only makes the delta larger.
+    delta); C{newest} the state's newest version when it is a delta on that
+    snapshot's chain (None: the snapshot is the newest).  Any version of the
+    state is a correct base: an older one only makes the delta larger.
     """
     large = len(raw) >= policy.large_size
     if (snapshot is not None and not large
             and MIN_BASE_SIZE <= len(snapshot.base.raw) < policy.large_size
-            and snapshot.versions_since < policy.max_versions_since):
-        delta = compress_delta(raw, snapshot.base, policy.delta_level)
+            and snapshot.versions_since < policy.max_versions_since
+            and (newest is None or newest.links < policy.max_links)):
+        base, links = snapshot.base, 2
+        if newest is not None and (newest.links + 1) * len(raw) <= policy.chain_bytes:
+            base, links = newest.base, newest.links + 1
+        delta = compress_delta(raw, base, policy.delta_level)
         if len(delta) <= policy.snapshot_ratio * snapshot.stored_size:
-            return Compressed(Codec.ZSTD_DELTA, delta, snapshot.base.sha256)
+            return Compressed(Codec.ZSTD_DELTA, delta, base.sha256, links)
     full = compress_full(raw, policy.large_level if large else policy.level)
     if len(full) >= len(raw):
         return Compressed(Codec.IDENTITY, raw)
@@ -200,9 +235,9 @@ def _frame(codec: Codec, data: bytes, base: Base | None) -> tuple[bytes, bytes |
     if codec is Codec.ZSTD:
         return data, None
     if base is None:
-        raise WrongBase("a zstd-delta payload needs its base snapshot")
+        raise WrongBase("a zstd-delta payload needs its base version")
     if base_fingerprint(data) != bytes.fromhex(base.sha256)[:8]:
-        raise WrongBase("the delta was made against another base snapshot")
+        raise WrongBase("the delta was made against another base version")
     return data[_BASE_HEADER:], base.raw
 
 

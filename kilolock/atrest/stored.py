@@ -2,9 +2,9 @@
 
 What a version row holds for its bytes is a L{StoredPayload}: the codec, the
 payload, and the wrapped data key (None when the row is not encrypted).  A
-delta row also needs its base snapshot's row, found by the store (the base's
-version number is a column of its own): the base is decoded first and
-handed to L{decode_version} as a L{Base}.
+delta row also needs its base's raw bytes: the store finds the base's row
+(its version number is a column of its own), decodes it first (a chain of
+deltas from its snapshot) and hands it to L{decode_version} as a L{Base}.
 
 These functions are synchronous and CPU-bound; a store runs them in a
 thread for large states.  The data keys come from an
@@ -23,6 +23,7 @@ from kilolock.atrest.compression import (
     Base,
     Codec,
     CompressionPolicy,
+    Newest,
     Snapshot,
     compress_version,
     decompress_version,
@@ -37,15 +38,17 @@ from kilolock.atrest.sealing import open_sealed, seal
 class StoredPayload:
     """The columns that hold a version's bytes: C{codec}, C{payload}, C{data_key}.
 
-    C{base_sha256} is the sha256 of the snapshot a delta was made against
+    C{base_sha256} is the sha256 of the version a delta was made against
     (None for a full payload): a store keeps the base's version number in a
-    column and learns this from the base row; it is here for the writer.
+    column and learns this from the base row; it is here for the writer, as
+    is C{links}, the payloads a read of the version decodes (1: full).
     """
 
     codec: Codec
     payload: bytes = field(repr=lambda data: f"<{len(data)} bytes>")
     data_key: bytes | None = None
     base_sha256: str | None = None
+    links: int = 1
 
     @property
     def encrypted(self) -> bool:
@@ -59,21 +62,23 @@ class StoredPayload:
 
 def encode_version(raw: bytes, identity: VersionIdentity, snapshot: Snapshot | None,
                    data_key: DataKey | None = None,
-                   policy: CompressionPolicy = DEFAULT_POLICY) -> StoredPayload:
-    """Compress C{raw} (as a delta against C{snapshot} where the policy says
-    so), then seal it under C{data_key} when one is given.
+                   policy: CompressionPolicy = DEFAULT_POLICY,
+                   newest: Newest | None = None) -> StoredPayload:
+    """Compress C{raw} (as a delta against C{newest} or C{snapshot} where the
+    policy says so), then seal it under C{data_key} when one is given.
 
     C{identity} must describe C{raw} (its C{sha256} is the one the store
     computed on upload, trusted here); it becomes the associated data.
     """
     if len(raw) != identity.size:
         raise ValueError("the identity's size is not the size of the bytes")
-    compressed = compress_version(raw, snapshot, policy)
+    compressed = compress_version(raw, snapshot, policy, newest)
     if data_key is None:
-        return StoredPayload(compressed.codec, compressed.data, None, compressed.base_sha256)
+        return StoredPayload(compressed.codec, compressed.data, None, compressed.base_sha256,
+                             compressed.links)
     associated = associated_data(identity, compressed.codec.value, compressed.base_sha256)
     return StoredPayload(compressed.codec, seal(data_key.plaintext, compressed.data, associated),
-                         data_key.wrapped.to_bytes(), compressed.base_sha256)
+                         data_key.wrapped.to_bytes(), compressed.base_sha256, compressed.links)
 
 
 def decode_version(stored: StoredPayload, identity: VersionIdentity,
@@ -81,7 +86,7 @@ def decode_version(stored: StoredPayload, identity: VersionIdentity,
     """The raw bytes of a version, checked against C{identity}'s size and sha256.
 
     C{data_key} is the unwrapped data key of an encrypted row; C{base} the
-    decoded base snapshot of a delta row.  Failures are the typed errors of
+    decoded base of a delta row.  Failures are the typed errors of
     L{kilolock.atrest.errors}: authentication (altered, moved, wrong key or
     base), a corrupt payload, a wrong base.
     """
@@ -106,7 +111,7 @@ def _opened(stored: StoredPayload, identity: VersionIdentity, base: Base | None,
     """The compressed payload of a row, decrypted when it is encrypted."""
     delta = stored.codec is Codec.ZSTD_DELTA
     if delta and base is None:
-        raise WrongBase("a zstd-delta payload needs its base snapshot")
+        raise WrongBase("a zstd-delta payload needs its base version")
     if not stored.encrypted:
         return stored.payload
     if data_key is None:

@@ -9,14 +9,21 @@ reactor is imported here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from attrs import frozen
 from twisted.internet.defer import Deferred, FirstError, gatherResults, maybeDeferred, succeed
 from twisted.python.failure import Failure
 
-from kilolock.atrest.compression import DEFAULT_POLICY, Base, CompressionPolicy, Snapshot
+from kilolock.atrest.compression import (
+    DEFAULT_POLICY,
+    Base,
+    Codec,
+    CompressionPolicy,
+    Newest,
+    Snapshot,
+)
 from kilolock.atrest.envelope import DataKey, VersionIdentity, WrappedKey
 from kilolock.atrest.errors import StoredVersionUnreadable
 from kilolock.atrest.interfaces import IKeyProvider
@@ -44,6 +51,17 @@ class StoredRow:
     identity: VersionIdentity
 
 
+@frozen
+class ChainEnds:
+    """What decoding a chain of rows gives: the raw bytes of its last row,
+    of its first when that row is a full snapshot (else None), and of the
+    version the last row is a delta against (None for a full last row)."""
+
+    last: bytes
+    first_full: bytes | None = None
+    before_last: bytes | None = None
+
+
 def _first_failure(failure: Failure) -> Failure:
     error = failure.value
     return error.subFailure if isinstance(error, FirstError) else failure
@@ -68,14 +86,14 @@ class VersionCodec:
     def _run(self, size: int, work: Callable[[], _T]) -> Deferred[_T]:
         return (self._run_large if size >= self._large_size else run_inline)(work)
 
-    def encode(self, raw: bytes, identity: VersionIdentity,
-               snapshot: Snapshot | None) -> Deferred[StoredPayload]:
+    def encode(self, raw: bytes, identity: VersionIdentity, snapshot: Snapshot | None,
+               newest: Newest | None = None) -> Deferred[StoredPayload]:
         """Fires with the columns to insert for C{raw}: a delta against
-        C{snapshot} where the policy says so, sealed under a fresh data key
-        when encryption is on."""
+        C{newest} or C{snapshot} where the policy says so, sealed under a
+        fresh data key when encryption is on."""
         def work(data_key: DataKey | None) -> Deferred[StoredPayload]:
             return self._run(len(raw), lambda: encode_version(
-                raw, identity, snapshot, data_key, self.policy))
+                raw, identity, snapshot, data_key, self.policy, newest))
 
         if self.provider is None:
             return work(None)
@@ -103,29 +121,38 @@ class VersionCodec:
         wrapped = WrappedKey.from_bytes(row.stored.data_key)
         return self.provider.unwrap_data_key(wrapped)  # type: ignore[return-value]
 
-    def decode(self, row: StoredRow, base: StoredRow | None = None) -> Deferred[bytes]:
-        """Fires with the raw bytes of C{row}, checked against its sha256;
-        C{base} is the row a delta's base number names.  Fails with the
-        typed errors of L{kilolock.atrest.errors}."""
-        rows = [row] if base is None else [row, base]
+    def decode(self, row: StoredRow, chain: Sequence[StoredRow] = (),
+               start: Base | None = None) -> Deferred[bytes]:
+        """Fires with the raw bytes of C{row}, checked against its sha256.
+
+        A delta's base is decoded first: C{chain} is the rows from its
+        snapshot (or from the first delta after C{start}, a version whose
+        raw bytes the caller holds) to the one before C{row}, oldest first.
+        Fails with the typed errors of L{kilolock.atrest.errors}."""
+        return self.decode_chain([*chain, row], start).addCallback(lambda ends: ends.last)
+
+    def decode_chain(self, rows: Sequence[StoredRow],
+                     start: Base | None = None) -> Deferred[ChainEnds]:
+        """Fires with the L{ChainEnds} of C{rows}, oldest first: each a delta
+        against the one before it, the first full or a delta against
+        C{start}.  Every link is checked against its own sha256 (a damaged
+        link fails the read with the link's error)."""
         keys = maybeDeferred(lambda: gatherResults([self._data_key(each) for each in rows],
                                                    consumeErrors=True))
         keys.addErrback(_first_failure)
 
-        def work(data_keys: list[bytes | None]) -> Deferred[bytes]:
-            def decode() -> bytes:
-                snapshot = None
-                if base is not None:
-                    snapshot = Base(decode_version(base.stored, base.identity, None,
-                                                   data_keys[1]), base.identity.sha256)
-                return decode_version(row.stored, row.identity, snapshot, data_keys[0])
-            return self._run(row.identity.size, decode)
+        def work(data_keys: list[bytes | None]) -> Deferred[ChainEnds]:
+            def decode() -> ChainEnds:
+                base, first_full, before = start, None, None
+                raw = b""
+                for each, data_key in zip(rows, data_keys, strict=True):
+                    delta = base is not None and each.stored.codec is Codec.ZSTD_DELTA
+                    before = base.raw if delta and base is not None else None
+                    raw = decode_version(each.stored, each.identity, base, data_key)
+                    if base is None:
+                        first_full = raw
+                    base = Base(raw, each.identity.sha256)
+                return ChainEnds(raw, first_full, before)
+            return self._run(sum(each.identity.size for each in rows), decode)
 
         return keys.addCallback(work)
-
-    def snapshot(self, row: StoredRow, versions_since: int) -> Deferred[Snapshot]:
-        """Fires with the L{Snapshot} that C{row} (a full version) offers the
-        next write; C{versions_since} counts the versions after it."""
-        decoded = self.decode(row)
-        return decoded.addCallback(lambda raw: Snapshot(
-            Base(raw, row.identity.sha256), len(row.stored.payload), versions_since))

@@ -42,7 +42,7 @@ _LOCK_STATE_ROWS = "SELECT id FROM states WHERE id = ANY(%s) ORDER BY id FOR UPD
 
 class PostgresMultiWrites(PayloadPart):
     """Writes of several states, run by C{runner}; payloads encoded by
-    C{codec} (full snapshots, noted in C{snapshots})."""
+    C{codec} (full snapshots, noted in C{chains})."""
 
     def write_states(self, writes: Sequence[StateWrite], principal: Principal,
                      event_kind: str) -> Deferred[list[WriteOutcome]]:
@@ -63,8 +63,8 @@ class PostgresMultiWrites(PayloadPart):
                 blocking=True)
             for w, outcome, bulk in zip(writes, outcomes, prepared, strict=True):
                 if outcome.created:
-                    self._snapshots.written(w.key, outcome.version.number, w.upload.raw,
-                                            w.upload.sha256, bulk.stored)
+                    self._chains.written(w.key, outcome.version.number, w.upload.raw,
+                                         w.upload.sha256, bulk.stored, None)
             return outcomes
 
         return ensureDeferred(write())

@@ -1,7 +1,7 @@
 """What every part of L{kilolock.store.postgres.store.PostgresStateStore}
 is made with: the L{TransactionRunner} its transactions run on and the clock
 that times them; and, for the parts that write payloads, the codec and the
-cache of each state's newest snapshot."""
+cache of each state's newest version (L{ChainCache})."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from kilolock.atrest.versions import VersionCodec
-from kilolock.store.postgres.payloads import SnapshotCache
+from kilolock.store.postgres.payloads import ChainCache
 from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PayloadPart", "StorePart"]
@@ -26,10 +26,10 @@ class StorePart:
 
 class PayloadPart(StorePart):
     """A part that writes version payloads, encoded by C{codec} (full
-    snapshots noted in C{snapshots})."""
+    newest versions noted in C{chains})."""
 
     def __init__(self, runner: TransactionRunner, clock: Callable[[], datetime],
-                 codec: VersionCodec, snapshots: SnapshotCache) -> None:
+                 codec: VersionCodec, chains: ChainCache) -> None:
         super().__init__(runner, clock)
         self._codec = codec
-        self._snapshots = snapshots
+        self._chains = chains

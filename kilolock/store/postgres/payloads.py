@@ -2,92 +2,159 @@
 encrypted when the store has encryption keys.
 
 Writes go through L{kilolock.atrest.versions.VersionCodec}: compressed (a
-zstd delta against the newest full snapshot of its state when the policy
-says so, else a new full snapshot), then, with a key provider, sealed under
-a fresh data key whose wrapping goes in C{data_key} and whose key id in
-C{kek_id} (L{write_columns}).  Every write of a version, whatever path it
-takes, goes through here: encryption comes with it.
-The snapshot a write needs is remembered per state in this process
-(L{SnapshotCache}); a process that does not know it (its first write of the
-state, or after another process wrote a newer snapshot and this one's was
-dropped) writes a full snapshot.  Any full snapshot of the state is a
-correct base, so a stale cache only makes a delta larger; the database
-checks that the base is there (C{kl_write_state}).
+zstd delta against the state's newest version, the next link of a chain,
+or against the chain's full snapshot, when the policy says so; else a new
+full snapshot), then, with a key provider, sealed under a fresh data key
+whose wrapping goes in C{data_key} and whose key id in C{kek_id}
+(L{write_columns}).  Every write of a version, whatever path it takes, goes
+through here: encryption comes with it.
 
-Reads decode a row (and, for a delta, its base: opened with its own data
-key) and check the size and sha256 the row records.  Rows written before
-compression are C{identity}; rows written before encryption was turned on
-have no data key and are read as they are.
+The bases a write needs are remembered per state in this process
+(L{ChainCache}: the newest version's raw bytes and its chain's snapshot's);
+a process that does not know them (its first write or read of the state, or
+after it dropped them) writes a full snapshot.  Any version of the state is
+a correct base, so a stale cache only makes a delta larger; the database
+checks that the base is there (C{kl_write_state}).  The cache also answers
+reads of a version it holds, once the database has confirmed that version's
+number and sha256, and shortens the chain a read decodes to the links after
+it.
+
+Reads decode a row's chain (from its snapshot, each link opened with its
+own data key) and check the size and sha256 each row records.  Rows written
+before compression are C{identity}; rows written before encryption was
+turned on have no data key and are read as they are.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from attrs import frozen
 from twisted.internet.defer import Deferred
 
-from kilolock.atrest.compression import Base, Codec, Snapshot
+from kilolock.atrest.compression import Base, Codec, Newest, Snapshot
 from kilolock.atrest.envelope import VersionIdentity
 from kilolock.atrest.stored import StoredPayload
-from kilolock.atrest.versions import StoredRow, VersionCodec
+from kilolock.atrest.versions import ChainEnds, StoredRow, VersionCodec
 from kilolock.model import StateKey
 from kilolock.store.postgres.codecs import bytes_from_hex
 
-__all__ = ["CachedSnapshot", "SnapshotCache", "StoredColumns", "decode_stored", "identity_of",
+__all__ = ["CachedChain", "ChainCache", "StoredColumns", "decode_chain", "identity_of",
            "write_columns"]
 
-#: Bytes of snapshots a process remembers (raw bytes, all states together).
-SNAPSHOT_CACHE_BYTES = 64 << 20
+#: Raw bytes of versions a process remembers (all states together).
+CHAIN_CACHE_BYTES = 64 << 20
 
 
 @frozen
-class CachedSnapshot:
-    """The newest full snapshot of a state this process knows: its
-    C{state_versions.number} and what a delta against it needs."""
+class CachedChain:
+    """What this process knows of a state's newest version: the full
+    snapshot its chain starts at (C{snapshot_number}) and, when the newest
+    version is a delta on that chain, that version (C{newest_number}) and
+    the version it is a delta against when that is not the snapshot
+    (C{previous_number}: a read of the newest version decodes its one
+    payload against it)."""
 
-    number: int
+    snapshot_number: int
     snapshot: Snapshot
+    newest_number: int | None = None
+    newest: Newest | None = None
+    previous_number: int | None = None
+    previous: Base | None = None
+
+    @property
+    def held(self) -> dict[int, Base]:
+        """The raw bytes held, by version number."""
+        held = {self.snapshot_number: self.snapshot.base}
+        if self.previous_number is not None and self.previous is not None:
+            held[self.previous_number] = self.previous
+        if self.newest_number is not None and self.newest is not None:
+            held[self.newest_number] = self.newest.base
+        return held
+
+    @property
+    def size(self) -> int:
+        """The raw bytes held."""
+        return sum(len(base.raw) for base in self.held.values())
+
+    def links_of(self, number: int) -> int:
+        """The payloads a read of held version C{number} decodes."""
+        if number == self.snapshot_number or self.newest is None:
+            return 1
+        return self.newest.links - (number != self.newest_number)
+
+    def base_number(self, stored: StoredPayload) -> int | None:
+        """The number of the version C{stored} (encoded with this entry's
+        bases) is a delta against; None for a full payload."""
+        if stored.codec is not Codec.ZSTD_DELTA:
+            return None
+        # A delta against the snapshot is 2 links; the newest is 2 or more,
+        # so a delta against it is 3 or more.
+        return self.snapshot_number if stored.links == 2 else self.newest_number
+
+    def followed_by(self, number: int, base_number: int, raw: bytes, sha256: str,
+                    links: int) -> CachedChain | None:
+        """This entry once version C{number} (C{raw}), a delta against
+        version C{base_number} (the snapshot or the newest version), is the
+        newest; None when C{base_number} is neither."""
+        if base_number == self.snapshot_number:
+            previous_number, previous = None, None
+        elif base_number == self.newest_number and self.newest is not None:
+            previous_number, previous = base_number, self.newest.base
+        else:
+            return None
+        snapshot = Snapshot(self.snapshot.base, self.snapshot.stored_size,
+                            number - self.snapshot_number)
+        return CachedChain(self.snapshot_number, snapshot, number,
+                           Newest(Base(raw, sha256), links), previous_number, previous)
 
 
-class SnapshotCache:
-    """The newest full snapshot per state, least recently written dropped
-    first once they hold more than C{limit} raw bytes."""
+class ChainCache:
+    """The newest version of each state this process wrote or read, least
+    recently used dropped first once they hold more than C{limit} raw bytes."""
 
-    def __init__(self, limit: int = SNAPSHOT_CACHE_BYTES) -> None:
+    def __init__(self, limit: int = CHAIN_CACHE_BYTES) -> None:
         self._limit = limit
         self._size = 0
-        self._entries: OrderedDict[StateKey, CachedSnapshot] = OrderedDict()
+        self._entries: OrderedDict[StateKey, CachedChain] = OrderedDict()
 
-    def get(self, key: StateKey) -> CachedSnapshot | None:
-        return self._entries.get(key)
+    def get(self, key: StateKey) -> CachedChain | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
 
     def forget(self, key: StateKey) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
-            self._size -= len(entry.snapshot.base.raw)
+            self._size -= entry.size
 
-    def written(self, key: StateKey, number: int, raw: bytes, sha256: str,
-                stored: StoredPayload) -> None:
-        """Note that version C{number} of C{key}, C{raw} (whose sha256 is
-        C{sha256}), was stored as C{stored}."""
-        entry = self._entries.get(key)
-        if stored.codec is Codec.ZSTD_DELTA and entry is not None:
-            snapshot = entry.snapshot
-            self._entries[key] = CachedSnapshot(entry.number, Snapshot(
-                snapshot.base, snapshot.stored_size, snapshot.versions_since + 1))
-            self._entries.move_to_end(key)
-            return
+    def note(self, key: StateKey, entry: CachedChain | None) -> None:
+        """Remember C{entry} as C{key}'s newest version (None: forget it)."""
         self.forget(key)
-        if stored.codec is not Codec.ZSTD or len(raw) > self._limit:
+        if entry is None or entry.size > self._limit:
             return
-        self._entries[key] = CachedSnapshot(number, Snapshot(
-            Base(raw, sha256), len(stored.payload), 0))
-        self._size += len(raw)
+        self._entries[key] = entry
+        self._size += entry.size
         while self._size > self._limit and self._entries:
             _, dropped = self._entries.popitem(last=False)
-            self._size -= len(dropped.snapshot.base.raw)
+            self._size -= dropped.size
+
+    def written(self, key: StateKey, number: int, raw: bytes, sha256: str,
+                stored: StoredPayload, offered: CachedChain | None) -> None:
+        """Note that version C{number} of C{key}, C{raw} (whose sha256 is
+        C{sha256}), was stored as C{stored}, encoded with the bases of
+        C{offered}."""
+        entry = None
+        if stored.codec is Codec.ZSTD:
+            entry = CachedChain(number, Snapshot(Base(raw, sha256), len(stored.payload), 0))
+        elif offered is not None:
+            base_number = offered.base_number(stored)
+            if base_number is not None:
+                entry = offered.followed_by(number, base_number, raw, sha256, stored.links)
+        self.note(key, entry)
 
 
 def write_columns(stored: StoredPayload) -> dict[str, Any]:
@@ -120,17 +187,16 @@ def identity_of(key: StateKey, columns: StoredColumns) -> VersionIdentity:
     return VersionIdentity(key.tenant, key.path, columns.serial, columns.sha256, columns.size)
 
 
-def decode_stored(codec: VersionCodec, key: StateKey, row: StoredColumns,
-                  base: StoredColumns | None) -> Deferred[bytes]:
-    """The raw bytes of C{row} (payloads read), checked against its sha256.
+def decode_chain(codec: VersionCodec, key: StateKey, chain: Sequence[StoredColumns],
+                 start: Base | None = None) -> Deferred[ChainEnds]:
+    """The raw bytes of the last of C{chain} (payloads read; oldest first,
+    from a full snapshot, or from a delta against C{start}), each link
+    checked against its sha256.
 
-    @return: a Deferred firing with them; failing with the typed errors of
-        L{kilolock.atrest.errors}."""
-    stored = StoredRow(row.stored(), identity_of(key, row))
-    base_row = None
-    if base is not None and row.codec == Codec.ZSTD_DELTA.value:
-        base_row = StoredRow(base.stored(), identity_of(key, base))
-    return codec.decode(stored, base_row)
+    @return: a Deferred firing with the L{ChainEnds}; failing with the typed
+        errors of L{kilolock.atrest.errors}."""
+    return codec.decode_chain([StoredRow(row.stored(), identity_of(key, row)) for row in chain],
+                              start)
 
 
 def columns_of(values: Any) -> StoredColumns | None:

@@ -1,11 +1,14 @@
 """Purging one version in PostgreSQL (a leaked secret): its bytes go, its
 tombstone and a C{version_purge} event stay, in one transaction.
 
-A full snapshot may be the base of later deltas (C{base_number}); those are
-re-encoded in the same transaction, before its bytes go: each is decoded
-against the purged snapshot, the first becomes a full snapshot, the others
-are compressed again against it (as deltas where the compression policy
-says so), each sealed under a fresh data key when encryption is on.  So no
+A version may be the base of later deltas (C{base_number}: usually the
+next version, the next link of its chain); those are re-encoded in the same
+transaction, before its bytes go: each is decoded against the purged
+version (itself decoded from its chain), the first becomes a full snapshot,
+the others are compressed again against it (as deltas where the compression
+policy says so), each sealed under a fresh data key when encryption is on.
+The versions decoded against a re-encoded one keep their payloads: its raw
+bytes are unchanged.  So no
 version loses its bytes but the one purged, and the foreign key
 C{state_versions_base} never points at a tombstone.  The transaction locks
 the state's row first (like a write), so no write or prune of the state
@@ -20,6 +23,7 @@ version must first be removed by a new version).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from attrs import evolve
@@ -35,18 +39,16 @@ from kilolock.store.postgres import payloads, rows, statements
 from kilolock.store.postgres.codecs import bytes_from_hex
 from kilolock.store.postgres.events import append_event_and_commit_txn
 from kilolock.store.postgres.part import PayloadPart
-from kilolock.store.postgres.payloads import StoredColumns
 from kilolock.store.postgres.rows import VERSION_COLUMNS
 
 __all__ = ["PostgresPurge"]
 
-# The version to purge, its payload columns (the payload only when deltas
-# need it: large states are never bases), and the state's current number.
+# The version to purge, its id, whether deltas are made against it, and the
+# state's current number.
 PURGED_VERSION = f"""
-SELECT {VERSION_COLUMNS}, v.pruned_at, v.prune_reason, v.codec,
-       CASE WHEN EXISTS (SELECT 1 FROM state_versions d WHERE d.state_id = v.state_id
-                         AND d.base_number = v.number) THEN v.payload END,
-       v.id, v.data_key,
+SELECT {VERSION_COLUMNS}, v.pruned_at, v.prune_reason, v.id,
+       EXISTS (SELECT 1 FROM state_versions d WHERE d.state_id = v.state_id
+               AND d.base_number = v.number),
        (SELECT max(c.number) FROM state_versions c WHERE c.state_id = v.state_id)
 FROM state_versions v WHERE v.state_id = %(state)s AND v.number = %(number)s
 """  # noqa: S608 - constant columns
@@ -56,6 +58,9 @@ DEPENDANTS = """
 SELECT codec, payload, size, sha256, serial, id, data_key, number FROM state_versions
 WHERE state_id = %(state)s AND base_number = %(number)s ORDER BY number
 """
+
+#: The limit of STORED_VERSION under which a payload is selected: all.
+EVERY_PAYLOAD = 2**31 - 1
 
 REENCODE = """
 UPDATE state_versions SET codec = %(codec)s, payload = %(payload)s, data_key = %(data_key)s,
@@ -72,8 +77,8 @@ WHERE id = %(id)s
 
 class PostgresPurge(PayloadPart):
     """Purges run by C{runner}, re-encoding with C{codec}; a purged state's
-    snapshot is dropped from C{snapshots} (a write would find its base gone
-    and write a full snapshot anyway)."""
+    entry is dropped from C{chains} (a write would find its base gone and
+    write a full snapshot anyway)."""
 
     def purge_version(self, key: StateKey, number: int, reason: str,
                       actor: Principal) -> Deferred[StateVersion]:
@@ -93,18 +98,18 @@ class PostgresPurge(PayloadPart):
         if found is None:
             raise VersionNotFound(f"the state has no version {number}")
         version = rows.listed_version(found[:10])
-        codec, payload, row_id, data_key, current = found[10:]
+        row_id, has_dependants, current = found[10:]
         if version.pruned:
             raise pruned_error(number, version.pruned_at, version.prune_reason)
         if number == current:
             raise VersionIsCurrent(
                 f"version {number} is the state's current version: roll back to an earlier"
                 " version (or write a new one) first, then purge it")
-        self._snapshots.forget(key)
-        purged = StoredColumns(codec, None if payload is None else bytes_from_hex(payload),
-                               version.size, version.sha256, version.serial, row_id,
-                               None if data_key is None else bytes_from_hex(data_key))
-        reencoded = await self._reencode_dependants(cursor, key, params, purged)
+        self._chains.forget(key)
+        reencoded = []
+        if has_dependants:
+            purged = Base(await self._version_bytes_txn(cursor, key, number), version.sha256)
+            reencoded = await self._reencode_dependants(cursor, key, params, purged)
         now = self._clock()
         await cursor.execute(TOMBSTONE, {"id": row_id, "now": now, "reason": reason})
         await append_event_and_commit_txn(
@@ -114,8 +119,43 @@ class PostgresPurge(PayloadPart):
                                   reencoded=reencoded))
         return evolve(version, pruned_at=now, prune_reason=reason)
 
+    async def make_snapshots_txn(self, cursor: Any, key: StateKey,
+                                 numbers: Sequence[int]) -> None:
+        """Re-encode the deltas C{numbers} as full snapshots (each sealed
+        under a fresh data key when encryption is on), in the caller's
+        transaction, which holds the state's row: the versions decoded
+        against them keep their payloads."""
+        if numbers:
+            self._chains.forget(key)
+        for number in numbers:
+            chain = await self._chain_txn(cursor, key, number)
+            raw = (await payloads.decode_chain(self._codec, key, chain)).last
+            stored = await self._codec.encode(raw, payloads.identity_of(key, chain[-1]), None)
+            await cursor.execute(REENCODE, {**payloads.write_columns(stored),
+                                            "id": chain[-1].row_id, "base_number": None})
+
+    async def _chain_txn(self, cursor: Any, key: StateKey,
+                         number: int) -> list[payloads.StoredColumns]:
+        """The payload columns of version C{number}'s chain, oldest first (a
+        delta or a base of deltas: never a large state, so the payloads are
+        selected here)."""
+        await cursor.execute(statements.STORED_VERSION, {
+            "tenant": key.tenant, "path": key.path, "number": number, "known": [],
+            "limit": EVERY_PAYLOAD})
+        chain = []
+        for row in cursor.fetchall():
+            columns = payloads.columns_of((*row[:1], bytes_from_hex(row[1]), *row[2:7]))
+            assert columns is not None
+            chain.append(columns)
+        return chain
+
+    async def _version_bytes_txn(self, cursor: Any, key: StateKey, number: int) -> bytes:
+        """The raw bytes of version C{number}, decoded from its chain."""
+        chain = await self._chain_txn(cursor, key, number)
+        return (await payloads.decode_chain(self._codec, key, chain)).last
+
     async def _reencode_dependants(self, cursor: Any, key: StateKey, params: dict[str, Any],
-                                   purged: StoredColumns) -> list[int]:
+                                   purged: Base) -> list[int]:
         """Re-encode the deltas made against C{purged}: the first as a full
         snapshot, the others against it.  @return: their numbers."""
         await cursor.execute(DEPENDANTS, params)
@@ -123,13 +163,12 @@ class PostgresPurge(PayloadPart):
                        int(values[7])) for values in cursor.fetchall()]
         if not dependants:
             return []
-        base_row = StoredRow(purged.stored(), payloads.identity_of(key, purged))
         snapshot: tuple[int, Snapshot] | None = None
         numbers = []
         for dependant, dependant_number in dependants:
             assert dependant is not None
             identity = payloads.identity_of(key, dependant)
-            raw = await self._codec.decode(StoredRow(dependant.stored(), identity), base_row)
+            raw = await self._codec.decode(StoredRow(dependant.stored(), identity), (), purged)
             stored = await self._codec.encode(raw, identity,
                                               None if snapshot is None else snapshot[1])
             delta = stored.codec is Codec.ZSTD_DELTA

@@ -2,7 +2,8 @@
 projection and resource search.
 
 Each call is one transaction.  A version's bytes are its stored payload
-decoded (with its base snapshot's, for a delta: one statement selects both;
+decoded (with its chain's, for a delta: one statement selects them all, and
+stops at a version this process holds the bytes of;
 L{kilolock.store.postgres.payloads}); large values are decoded in a thread,
 and a payload of at least L{large.LARGE_TRANSFER_BYTES} is read on the
 blocking path with a binary result (L{large.read_payload_txn}).  The SQL is
@@ -17,8 +18,9 @@ from attrs import evolve
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
-from kilolock.atrest.errors import StoredVersionUnreadable
-from kilolock.atrest.versions import VersionCodec
+from kilolock.atrest.compression import Base, Newest, Snapshot
+from kilolock.atrest.errors import StoredVersionUnreadable, WrongBase
+from kilolock.atrest.versions import ChainEnds, VersionCodec
 from kilolock.errors import StateNotFound
 from kilolock.model import (
     Projection,
@@ -36,8 +38,10 @@ from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresReads"]
 
-#: The codec of a tombstone's row.
+#: The codecs of a tombstone's row, of a delta and of a full snapshot.
 PRUNED = "pruned"
+DELTA = "zstd-delta"
+SNAPSHOT = "zstd"
 
 log = Logger()
 
@@ -49,60 +53,76 @@ UNREADABLE = ("a stored version could not be read ({code}): tenant {tenant}, sta
 class PostgresReads:
     """Reads of states, run by C{runner}."""
 
-    def __init__(self, runner: TransactionRunner, codec: VersionCodec) -> None:
+    def __init__(self, runner: TransactionRunner, codec: VersionCodec,
+                 chains: payloads.ChainCache | None = None) -> None:
         self._runner = runner
         self._codec = codec
+        self._chains = chains if chains is not None else payloads.ChainCache()
 
     # -- bytes ----------------------------------------------------------
 
     def read_current(self, key: StateKey) -> Deferred[bytes | None]:
         """@return: a Deferred firing with the current version's exact bytes,
         or None when the state has no version."""
-        return self._state_bytes(key, statements.CURRENT_STORED_VERSION, {})
+        return ensureDeferred(self._state_bytes(key, statements.CURRENT_STORED_VERSION, {}))
 
     def read_version(self, key: StateKey, number: int) -> Deferred[bytes | None]:
         """@return: a Deferred firing with the bytes of version C{number}, or
         None when the state has no such version."""
-        return self._state_bytes(key, statements.STORED_VERSION, {"number": number})
+        return ensureDeferred(self._state_bytes(key, statements.STORED_VERSION,
+                                                {"number": number}))
 
-    def _state_bytes(self, key: StateKey, query: str,
-                     params: dict[str, Any]) -> Deferred[bytes | None]:
-        """Select one version's payload columns and its base's (C{query});
-        read a payload too large for the pool on the blocking path; decode.
-        @return: a Deferred firing with the bytes (None: no such version)."""
+    async def _state_bytes(self, key: StateKey, query: str,
+                           params: dict[str, Any]) -> bytes | None:
+        """Select one version's chain of payload columns (C{query}), down to
+        a delta whose base the chain cache holds; read a payload too large
+        for the pool on the blocking path; decode.  A read of the current
+        version leaves what it decoded in the cache.
+        @return: the bytes (None: no such version)."""
+        cached = self._chains.get(key)
+        held = {} if cached is None else cached.held
 
         async def select(cursor: Any) -> Any:
             await cursor.execute(query, {**params, "tenant": key.tenant, "path": key.path,
+                                         "known": list(held),
                                          "limit": large.LARGE_TRANSFER_BYTES})
-            return cursor.fetchone()
+            return cursor.fetchall()
 
-        async def read() -> bytes | None:
-            row = await self._runner.run_interaction(select)
-            if row is None:
-                return None
-            if row[0] == PRUNED:
-                raise pruned_error(int(params.get("number", 0)), rows.utc(row[14]), row[15])
-            version = await self._payload_read(payloads.columns_of(row[0:7]))
-            base = await self._payload_read(payloads.columns_of(row[7:14]))
-            assert version is not None
-            try:
-                return await payloads.decode_stored(self._codec, key, version, base)
-            except StoredVersionUnreadable as error:
-                # An operator wants to know at once: a damaged or tampered
-                # row, or keys that do not match it (never bytes or keys).
-                log.warn(UNREADABLE, code=error.code, tenant=key.tenant, path=key.path,
-                         serial=version.serial, message=error.message)
-                raise
+        found = await self._runner.run_interaction(select)
+        if not found:
+            return None
+        target = found[-1]
+        if target[0] == PRUNED:
+            raise pruned_error(int(target[7]), rows.utc(target[8]), target[9])
+        start = None
+        if found[0][0] == DELTA and found[0][10] in held:
+            start = held[found[0][10]]
+            if start.sha256 != found[0][11]:
+                # Another process deleted the state and wrote it again.
+                self._chains.forget(key)
+                return await self._state_bytes(key, query, params)
+        chain: list[payloads.StoredColumns] = []
+        try:
+            if any(row[0] == PRUNED for row in found):
+                raise WrongBase(f"version {target[7]} is a delta on a pruned version")
+            for row in found:
+                chain.append(await self._payload_read(_columns(row)))
+            ends = await payloads.decode_chain(self._codec, key, chain, start)
+        except StoredVersionUnreadable as error:
+            # An operator wants to know at once: a damaged or tampered
+            # row, or keys that do not match it (never bytes or keys).
+            log.warn(UNREADABLE, code=error.code, tenant=key.tenant, path=key.path,
+                     serial=target[4], message=error.message)
+            raise
+        if query is statements.CURRENT_STORED_VERSION:
+            self._chains.note(key, _read_entry(
+                cached if start is not None else None, found, chain, ends))
+        return ends.last
 
-        return ensureDeferred(read())
-
-    async def _payload_read(self, columns: payloads.StoredColumns | None,
-                            ) -> payloads.StoredColumns | None:
+    async def _payload_read(self, columns: payloads.StoredColumns) -> payloads.StoredColumns:
         """C{columns} with their payload as bytes: decoded from hex (in a
         thread when big), or read on the blocking path when it was too
         large to select on the pool."""
-        if columns is None:
-            return None
         hex_text: Any = columns.payload
         if hex_text is None:
             payload = await self._runner.run_interaction(large.read_payload_txn,
@@ -220,3 +240,44 @@ class PostgresReads:
             return rows.matches_from_rows(found)
 
         return ensureDeferred(matches())
+
+
+def _columns(row: Any) -> payloads.StoredColumns:
+    """The payload columns of one row of a chain."""
+    columns = payloads.columns_of(row[0:7])
+    assert columns is not None
+    return columns
+
+
+def _read_entry(cached: payloads.CachedChain | None, found: list[Any],
+                chain: list[payloads.StoredColumns],
+                ends: ChainEnds) -> payloads.CachedChain | None:
+    """What a read of the current version leaves in the chain cache: the
+    chain read, from its snapshot (C{cached} None) or from a version
+    C{cached} holds, ending at the current version.  None: forget the
+    state (its current version is not compressed, or its chain starts at a
+    row that is not a zstd snapshot)."""
+    last, number = chain[-1], int(found[-1][7])
+    if last.codec == SNAPSHOT:
+        assert last.payload is not None
+        return payloads.CachedChain(number, Snapshot(Base(ends.last, last.sha256),
+                                                     len(last.payload), 0))
+    if last.codec != DELTA or ends.before_last is None:
+        return None
+    if cached is not None:
+        entry = payloads.CachedChain(cached.snapshot_number, cached.snapshot)
+        start_number = int(found[0][10])
+        links = len(chain) + cached.links_of(start_number)
+    elif chain[0].codec == SNAPSHOT and ends.first_full is not None:
+        first = chain[0]
+        assert first.payload is not None
+        entry = payloads.CachedChain(int(found[0][7]), Snapshot(
+            Base(ends.first_full, first.sha256), len(first.payload), 0))
+        links = len(chain)
+    else:
+        return None
+    base_number = int(found[-1][10])
+    if base_number != entry.snapshot_number:
+        entry = evolve(entry, newest_number=base_number,
+                       newest=Newest(Base(ends.before_last, str(found[-1][11])), links - 1))
+    return entry.followed_by(number, base_number, ends.last, last.sha256, links)

@@ -4,7 +4,9 @@ the purge of one version, L{kilolock.store.postgres.purge}).
 A tombstone is the version's row with its bytes gone: C{codec} C{pruned},
 no payload, no data key, no base, C{pruned_at} and C{prune_reason} set
 (C{010_at_rest.sql}).  What a policy lets go is L{kilolock.retention}'s
-decision; the store reads the facts, asks, and writes the tombstones.
+decision; the store reads the facts, asks, re-encodes as full snapshots
+the kept deltas whose base goes (L{kilolock.retention.rebased}), and writes
+the tombstones.
 
 Pruning never waits for a write: L{PostgresRetention.prune_state} locks
 the state's row with C{SKIP LOCKED} (a state being written is skipped; the
@@ -45,6 +47,7 @@ from kilolock.retention import (
     effective_policy,
     prunable,
     pruned_error,
+    rebased,
 )
 from kilolock.retention_interfaces import IRetentionStore
 from kilolock.store.postgres import rows, statements
@@ -254,11 +257,16 @@ class PostgresRetention(StorePart):
         if not numbers:
             return PruneOutcome(key)
         reason = policy.prune_reason()
+        reencoded = rebased(facts, numbers)
+        await self._purge.make_snapshots_txn(cursor, key, reencoded)
         await cursor.execute(PRUNE_VERSIONS, {**params, "numbers": numbers, "reason": reason})
         pruned, freed = cursor.fetchone()
+        detail: dict[str, Any] = {"pruned_versions": list(pruned), "reason": reason}
+        if reencoded:
+            detail["reencoded"] = reencoded
         await append_event_and_commit_txn(
             cursor, key.tenant, VERSIONS_PRUNE, RETENTION_PRINCIPAL, key.path, now,
-            detail={"pruned_versions": list(pruned), "reason": reason})
+            detail=detail)
         return PruneOutcome(key, tuple(pruned), int(freed))
 
     # -- purging one version: PostgresPurge -----------------------------------

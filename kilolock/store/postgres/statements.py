@@ -141,25 +141,37 @@ DELETE_STATE = "DELETE FROM states WHERE id = %s"
 # ---------------------------------------------------------------------------
 # Reads
 
-# A version's stored payload and, for a delta, its base snapshot's: codec,
-# payload (hex text when shorter than %(limit)s, LARGE_TRANSFER_BYTES; else
-# NULL, and the row's id reads it on the blocking path: PAYLOAD_BY_ID),
-# size, sha256, serial, id and wrapped data key of each; then when and why
-# the version was pruned (a tombstone: codec 'pruned').  No row: no such
-# version.
-_STORED_VERSION = """
+# A version's stored payload and its chain's (for a delta, its base's, and
+# so on back to a full snapshot), oldest first; the walk stops early at a
+# delta whose base is one of %(known)s (versions whose raw bytes the reader
+# holds).  Per row: codec, payload (hex text when shorter than %(limit)s,
+# LARGE_TRANSFER_BYTES; else NULL, and the row's id reads it on the blocking
+# path: PAYLOAD_BY_ID), size, sha256, serial, id, wrapped data key, number;
+# when and why the version was pruned (a tombstone: codec 'pruned'); its
+# base's number and sha256.  No row: no such version.  Each step of the
+# walk is a lookup of state_versions_number.
+_STORED_CHAIN = """
+WITH RECURSIVE target AS (
+    SELECT v.id, v.state_id, v.number, v.base_number, v.codec
+    FROM states s JOIN state_versions v ON v.state_id = s.id
+    WHERE s.tenant_id = %(tenant)s AND s.path = %(path)s {which}
+), chain (id, state_id, number, base_number, codec, depth) AS (
+    SELECT id, state_id, number, base_number, codec, 0 FROM target
+    UNION ALL
+    SELECT b.id, b.state_id, b.number, b.base_number, b.codec, c.depth + 1
+    FROM chain c JOIN state_versions b ON b.state_id = c.state_id AND b.number = c.base_number
+    WHERE c.codec = 'zstd-delta' AND NOT c.base_number = ANY(%(known)s::integer[])
+)
 SELECT v.codec, CASE WHEN octet_length(v.payload) < %(limit)s THEN v.payload END,
-       v.size, v.sha256, v.serial, v.id, v.data_key,
-       b.codec, CASE WHEN octet_length(b.payload) < %(limit)s THEN b.payload END,
-       b.size, b.sha256, b.serial, b.id, b.data_key,
-       v.pruned_at, v.prune_reason
-FROM states s JOIN state_versions v ON v.state_id = s.id
+       v.size, v.sha256, v.serial, v.id, v.data_key, v.number, v.pruned_at, v.prune_reason,
+       v.base_number, b.sha256
+FROM chain c JOIN state_versions v ON v.id = c.id
 LEFT JOIN state_versions b ON b.state_id = v.state_id AND b.number = v.base_number
-WHERE s.tenant_id = %(tenant)s AND s.path = %(path)s
+ORDER BY c.depth DESC
 """
 CURRENT_STORED_VERSION = PreparedSQL(
-    "kl_current_version_sql", _STORED_VERSION + " ORDER BY v.number DESC LIMIT 1")
-STORED_VERSION = _STORED_VERSION + " AND v.number = %(number)s"
+    "kl_current_chain_sql", _STORED_CHAIN.format(which="ORDER BY v.number DESC LIMIT 1"))
+STORED_VERSION = _STORED_CHAIN.format(which="AND v.number = %(number)s")
 
 PAYLOAD_BY_ID = "SELECT payload FROM state_versions WHERE id = %s"
 

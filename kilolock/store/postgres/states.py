@@ -69,7 +69,7 @@ from kilolock.store.postgres.events import (
     event_parameters,
     numbered_event_parameters,
 )
-from kilolock.store.postgres.payloads import SnapshotCache, write_columns
+from kilolock.store.postgres.payloads import ChainCache, write_columns
 from kilolock.store.postgres.runner import TransactionRunner
 from kilolock.upload_feed import UploadFeed
 
@@ -135,14 +135,14 @@ _HELD_LOCKS_REMEMBERED = 10_000
 
 class PostgresStates:
     """Writes, deletes and locks of states, run by C{runner}; version bytes
-    are compressed by C{codec} (against the snapshots C{snapshots} keeps)."""
+    are compressed by C{codec} (against the versions C{chains} keeps)."""
 
     def __init__(self, runner: TransactionRunner, clock: Callable[[], datetime],
-                 codec: VersionCodec, snapshots: SnapshotCache | None = None) -> None:
+                 codec: VersionCodec, chains: ChainCache | None = None) -> None:
         self._runner = runner
         self._clock = clock
         self._codec = codec
-        self._snapshots = snapshots if snapshots is not None else SnapshotCache()
+        self._chains = chains if chains is not None else ChainCache()
         #: (state, lock ID) -> the info bytes of locks this process took.
         self._held: OrderedDict[tuple[StateKey, str], bytes] = OrderedDict()
 
@@ -226,23 +226,25 @@ class PostgresStates:
         """The small write: C{kl_write_state}, called again with the rules'
         decision when it returns the facts, or with a full snapshot when the
         base of a delta is gone."""
-        cached = self._snapshots.get(key)
+        cached = self._chains.get(key)
         stored = await self._codec.encode(upload.raw, identity,
-                                          None if cached is None else cached.snapshot)
+                                          None if cached is None else cached.snapshot,
+                                          None if cached is None else cached.newest)
         number: int | None = None
         for _attempt in range(_CALL_ATTEMPTS):
             now = self._clock()
             found = await self._runner.run_interaction(
                 self._write_txn, key, upload, lock_id, principal, prepared, stored,
-                None if cached is None else cached.number, number, now, event_kind,
-                event_detail)
+                None if cached is None else cached.base_number(stored), number, now,
+                event_kind, event_detail)
             outcome = found[0][0]
             if outcome == "written":
                 version = StateVersion.of_upload(upload, found[0][3], now, principal.name)
-                self._snapshots.written(key, version.number, upload.raw, upload.sha256, stored)
+                self._chains.written(key, version.number, upload.raw, upload.sha256, stored,
+                                     cached)
                 return WriteOutcome(version=version, created=True)
             if outcome == "no base":
-                self._snapshots.forget(key)
+                self._chains.forget(key)
                 cached = None
                 stored = await self._codec.encode(upload.raw, identity, None)
                 continue
@@ -267,12 +269,11 @@ class PostgresStates:
             key.tenant, event_kind, principal.name, key.path, now,
             lambda version: {**write_detail(version, size, principal), **(event_detail or {})},
             lock_id=lock_id, serial=upload.parsed.serial, sha256=upload.sha256)
-        delta = stored.base_sha256 is not None
         await cursor.execute(statements.WRITE_STATE, {
             **params, "number": number, "lineage": upload.parsed.lineage, "size": size,
             "projected": upload.parsed.projection is not None,
             "resource_count": prepared.resource_count, **write_columns(stored),
-            "base_number": base_number if delta else None,
+            "base_number": base_number,
             "base_sha256": stored.base_sha256, **prepared.projection_parameters()},
             commit=True)
         found: list[Any] = cursor.fetchall()
@@ -514,7 +515,7 @@ class PostgresStates:
         state_id = await self._lock_state_row_txn(cursor, key, now, create=False)
         if state_id is None:
             raise StateNotFound("no such state")
-        self._snapshots.forget(key)
+        self._chains.forget(key)
         # The lock, on the row this transaction has locked (so no lock can
         # be taken until it ends).
         await cursor.execute(statements.HELD_LOCK, (state_id,))

@@ -73,7 +73,7 @@ from kilolock.store.postgres.keys import check_keys_txn
 from kilolock.store.postgres.large import LARGE_UPLOAD_BYTES
 from kilolock.store.postgres.multi_write import PostgresMultiWrites
 from kilolock.store.postgres.oidc_policies import PostgresOidcPolicies
-from kilolock.store.postgres.payloads import SnapshotCache
+from kilolock.store.postgres.payloads import ChainCache
 from kilolock.store.postgres.purge import PostgresPurge
 from kilolock.store.postgres.reads import PostgresReads
 from kilolock.store.postgres.retention import PostgresRetention
@@ -146,10 +146,10 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
         #: version payloads.
         self.codec = VersionCodec(key_provider, run_large=self.runner.in_thread,
                                   large_size=LARGE_UPLOAD_BYTES)
-        self.snapshots = SnapshotCache()
-        self._states = PostgresStates(self.runner, clock, self.codec, self.snapshots)
-        self._multi_writes = PostgresMultiWrites(self.runner, clock, self.codec, self.snapshots)
-        self._reads = PostgresReads(self.runner, self.codec)
+        self.chains = ChainCache()
+        self._states = PostgresStates(self.runner, clock, self.codec, self.chains)
+        self._multi_writes = PostgresMultiWrites(self.runner, clock, self.codec, self.chains)
+        self._reads = PostgresReads(self.runner, self.codec, self.chains)
         self._events = PostgresEvents(self.runner, clock)
         self._event_pages = PostgresEventPages(self.runner)
         self._dashboard = PostgresDashboard(self.runner)
@@ -157,7 +157,7 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
         self.oidc_policies = PostgresOidcPolicies(self.runner, clock)
         self.tfe = PostgresTFE(self.runner, clock)
         self.retention = PostgresRetention(
-            self.runner, clock, PostgresPurge(self.runner, clock, self.codec, self.snapshots))
+            self.runner, clock, PostgresPurge(self.runner, clock, self.codec, self.chains))
         self.stateops = PostgresStateOps(self.runner, clock)
 
     @classmethod
