@@ -7,7 +7,9 @@ bytes) in a database at the current schema.  For each index, its
 statements (as the store runs them) are timed (median of --rounds, ms) and
 explained, then the index is dropped and they are timed again (the index is
 restored before the next one).  The per-version cost of each index is
-bench/db_growth.py's.
+bench/db_growth.py's.  (state_versions_base, the index of a delta's base,
+went with schema 18: a purge finds the deltas of a version among the
+versions after it, on state_versions_number.)
 
     python bench/version_indexes.py [--states 20] [--versions 2000] [--rounds 5]
 """
@@ -36,14 +38,6 @@ INDEXES: dict[str, tuple[str, list[tuple[str, str]]]] = {
         [("a write's serial check (kl_write_state)",
           "SELECT EXISTS (SELECT 1 FROM state_versions v WHERE v.state_id = %(state)s"
           " AND v.serial = %(n)s + 1000000)")]),
-    "state_versions_base": (
-        "CREATE INDEX state_versions_base ON state_versions (state_id, base_number)"
-        " WHERE base_number IS NOT NULL",
-        [("the deltas of a snapshot (purge)",
-          "SELECT number FROM state_versions WHERE state_id = %(state)s"
-          " AND base_number = %(n)s ORDER BY number"),
-         ("deleting a state (the base key's check of each deleted snapshot)",
-          "BEGIN; DELETE FROM states WHERE id = %(state)s; ROLLBACK")]),
     "state_versions_sha256": (
         "CREATE INDEX state_versions_sha256 ON state_versions USING hash (sha256)",
         [("a blob by sha256 (GET /v1/native/blobs)",

@@ -218,7 +218,13 @@ async def test_a_database_at_schema_17_takes_chains_once_upgraded(
     monkeypatch.undo()
     assert codecs(dsn) == [(1, "zstd", None), (2, "zstd-delta", 1), (3, "zstd", None),
                            (4, "zstd-delta", 3)]
+    assert query(dsn, "SELECT count(*) FROM pg_constraint WHERE conname = 'state_versions_base'"
+                      ) == [(1,)]
     upgrade_schema(dsn)
+    # The base's key and index went: a delta's base is checked by the write.
+    assert query(dsn, "SELECT count(*) FROM pg_constraint WHERE conname = 'state_versions_base'"
+                      ) == [(0,)]
+    assert query(dsn, "SELECT to_regclass('state_versions_base') IS NULL") == [(True,)]
     store = make_store(dsn)
     await store.start()
     try:

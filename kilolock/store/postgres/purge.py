@@ -8,9 +8,8 @@ version (itself decoded from its chain), the first becomes a full snapshot,
 the others are compressed again against it (as deltas where the compression
 policy says so), each sealed under a fresh data key when encryption is on.
 The versions decoded against a re-encoded one keep their payloads: its raw
-bytes are unchanged.  So no
-version loses its bytes but the one purged, and the foreign key
-C{state_versions_base} never points at a tombstone.  The transaction locks
+bytes are unchanged.  So no version loses its bytes but the one purged, and
+no delta's C{base_number} names a tombstone.  The transaction locks
 the state's row first (like a write), so no write or prune of the state
 interleaves.
 
@@ -48,15 +47,17 @@ __all__ = ["PostgresPurge"]
 PURGED_VERSION = f"""
 SELECT {VERSION_COLUMNS}, v.pruned_at, v.prune_reason, v.id,
        EXISTS (SELECT 1 FROM state_versions d WHERE d.state_id = v.state_id
-               AND d.base_number = v.number),
+               AND d.number > v.number AND d.base_number = v.number),
        (SELECT max(c.number) FROM state_versions c WHERE c.state_id = v.state_id)
 FROM state_versions v WHERE v.state_id = %(state)s AND v.number = %(number)s
 """  # noqa: S608 - constant columns
 
-# The deltas decoded against it, oldest first.
+# The deltas decoded against it, oldest first (a delta's base is an earlier
+# version: the versions after it, on state_versions_number).
 DEPENDANTS = """
 SELECT codec, payload, size, sha256, serial, id, data_key, number FROM state_versions
-WHERE state_id = %(state)s AND base_number = %(number)s ORDER BY number
+WHERE state_id = %(state)s AND number > %(number)s AND base_number = %(number)s
+ORDER BY number
 """
 
 #: The limit of STORED_VERSION under which a payload is selected: all.

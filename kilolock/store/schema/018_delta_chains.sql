@@ -6,11 +6,22 @@
 -- A version is now usually a delta against the version before it, the next
 -- link of a chain that starts at a full snapshot (kilolock.atrest.compression:
 -- a read decodes the chain, at most 64 payloads); rows written before keep
--- their deltas against a snapshot, which are chains of one link.  No column
--- changes: base_number names the version whose raw bytes are the delta's
--- prefix, as before, and the foreign key state_versions_base keeps it there.
--- Retention keeps every link a kept version is decoded from, and a purge
--- re-encodes the versions decoded against the purged one.
+-- their deltas against a snapshot, which are chains of one link.
+-- base_number names the version whose raw bytes are the delta's prefix, as
+-- before.
+--
+-- The foreign key state_versions_base and its index go.  The key only ever
+-- refused the deletion of a base row, and Kilolock deletes version rows only
+-- with their state (all of them); a write checks its base under the state's
+-- row lock (below), and retention and purges re-encode the versions decoded
+-- against a version before its bytes go.  The index cost 25 bytes per
+-- version while deltas shared their snapshot's number (one deduplicated
+-- posting list); with chains every base number differs: 49 bytes per version
+-- (bench/db_growth.py), and an entry and a key check on every insert.  The
+-- purge finds the versions decoded against one among the versions after it
+-- (state_versions_number).
+ALTER TABLE state_versions DROP CONSTRAINT state_versions_base;
+DROP INDEX state_versions_base;
 
 -- kl_write_state as in 014_hot_projection.sql (same signature, same checks
 -- and lock order), accepting a delta (not only a full snapshot) as a base:
