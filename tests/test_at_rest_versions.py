@@ -18,11 +18,13 @@ from kilolock.atrest.compression import (
     CompressionPolicy,
     Newest,
     Snapshot,
+    compress_delta,
     sha256_hex,
 )
 from kilolock.atrest.envelope import VersionIdentity
 from kilolock.atrest.errors import (
     AuthenticationFailed,
+    CorruptVersion,
     StoredVersionUnreadable,
     UnknownKey,
     WrongBase,
@@ -153,4 +155,21 @@ def test_a_damaged_link_fails_the_versions_after_it() -> None:
                         rows[2].identity)
     with pytest.raises(StoredVersionUnreadable):
         fired(codec.decode(rows[3], rows[:3]))
+    assert fired(codec.decode(rows[1], rows[:1])) == raws[1]
+
+
+def test_a_link_decoding_to_other_bytes_fails_the_version_read() -> None:
+    """Links in the middle of a chain are not hashed: one that decodes to
+    other bytes of the same size (a valid delta of altered bytes) makes the
+    version read fail its sha256, and so does every version after it."""
+    codec = VersionCodec(None, POLICY)
+    raws = [version(serial, serial) for serial in range(1, 7)]
+    rows = chain_of(codec, raws)
+    altered = raws[2].replace(b'"name": "n5"', b'"name": "m5"', 1)
+    assert altered != raws[2] and len(altered) == len(raws[2])
+    forged = compress_delta(altered, Base(raws[1], sha256_hex(raws[1])), 1)
+    rows[2] = StoredRow(StoredPayload(Codec.ZSTD_DELTA, forged), rows[2].identity)
+    for last in (4, 5):
+        with pytest.raises(CorruptVersion, match="sha256"):
+            fired(codec.decode(rows[last], rows[:last]))
     assert fired(codec.decode(rows[1], rows[:1])) == raws[1]

@@ -82,8 +82,10 @@ def encode_version(raw: bytes, identity: VersionIdentity, snapshot: Snapshot | N
 
 
 def decode_version(stored: StoredPayload, identity: VersionIdentity,
-                   base: Base | None = None, data_key: bytes | None = None) -> bytes:
-    """The raw bytes of a version, checked against C{identity}'s size and sha256.
+                   base: Base | None = None, data_key: bytes | None = None,
+                   verify: bool = True) -> bytes:
+    """The raw bytes of a version, checked against C{identity}'s size and
+    sha256 (the size only without C{verify}: see L{decompress_version}).
 
     C{data_key} is the unwrapped data key of an encrypted row; C{base} the
     decoded base of a delta row.  Failures are the typed errors of
@@ -91,7 +93,8 @@ def decode_version(stored: StoredPayload, identity: VersionIdentity,
     base), a corrupt payload, a wrong base.
     """
     payload = _opened(stored, identity, base, data_key)
-    return decompress_version(stored.codec, payload, identity.size, identity.sha256, base)
+    return decompress_version(stored.codec, payload, identity.size, identity.sha256, base,
+                              verify)
 
 
 def iter_decode_version(stored: StoredPayload, identity: VersionIdentity,

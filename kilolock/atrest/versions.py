@@ -135,8 +135,10 @@ class VersionCodec:
                      start: Base | None = None) -> Deferred[ChainEnds]:
         """Fires with the L{ChainEnds} of C{rows}, oldest first: each a delta
         against the one before it, the first full or a delta against
-        C{start}.  Every link is checked against its own sha256 (a damaged
-        link fails the read with the link's error)."""
+        C{start}.  Every link's size is checked, and the sha256 of each row
+        whose bytes the ends hold (the last, the one before it, a full
+        first); the links in between are not hashed: a damaged one makes
+        the last fail its check.  Encrypted links are each authenticated."""
         keys = maybeDeferred(lambda: gatherResults([self._data_key(each) for each in rows],
                                                    consumeErrors=True))
         keys.addErrback(_first_failure)
@@ -145,10 +147,12 @@ class VersionCodec:
             def decode() -> ChainEnds:
                 base, first_full, before = start, None, None
                 raw = b""
-                for each, data_key in zip(rows, data_keys, strict=True):
+                kept = {len(rows) - 2, len(rows) - 1, *([0] if start is None else [])}
+                for index, (each, data_key) in enumerate(zip(rows, data_keys, strict=True)):
                     delta = base is not None and each.stored.codec is Codec.ZSTD_DELTA
                     before = base.raw if delta and base is not None else None
-                    raw = decode_version(each.stored, each.identity, base, data_key)
+                    raw = decode_version(each.stored, each.identity, base, data_key,
+                                         verify=index in kept)
                     if base is None:
                         first_full = raw
                     base = Base(raw, each.identity.sha256)
