@@ -299,7 +299,7 @@ def test_every_prepared_statement_is_prepared_by_each_session() -> None:
 
     statements = [value for value in vars(statements_module).values()
                   if isinstance(value, PreparedSQL)]
-    assert len(statements) == 5
+    assert len(statements) == 6
     assert len({statement.name for statement in statements}) == len(statements)
     for statement in statements:
         assert statement.prepare in statements_module.PREPARE_STATEMENTS

@@ -171,7 +171,8 @@ ORDER BY c.depth DESC
 """
 CURRENT_STORED_VERSION = PreparedSQL(
     "kl_current_chain_sql", _STORED_CHAIN.format(which="ORDER BY v.number DESC LIMIT 1"))
-STORED_VERSION = _STORED_CHAIN.format(which="AND v.number = %(number)s")
+STORED_VERSION = PreparedSQL(
+    "kl_stored_version_sql", _STORED_CHAIN.format(which="AND v.number = %(number)s"))
 
 PAYLOAD_BY_ID = "SELECT payload FROM state_versions WHERE id = %s"
 
@@ -273,4 +274,4 @@ def select_events(state_path: str | None, kinds: list[str] | None, since: dateti
 
 #: What every pooled session prepares once the schema is current.
 PREPARE_STATEMENTS = prepare_statements_sql([
-    LOCK, WRITE_STATE, UNLOCK, APPEND_EVENT, CURRENT_STORED_VERSION])
+    LOCK, WRITE_STATE, UNLOCK, APPEND_EVENT, CURRENT_STORED_VERSION, STORED_VERSION])
