@@ -11,7 +11,7 @@ from typing import Any
 
 from attrs import evolve, frozen
 
-from kilolock.model import AuditEvent, LockInfo, Principal, rfc3339
+from kilolock.model import LOCK_FORCE_RELEASE, AuditEvent, LockInfo, Principal, rfc3339
 
 #: The C{prev_hash} of a tenant's first event.
 GENESIS = "0" * 64
@@ -235,6 +235,17 @@ def delete_detail(versions: int, principal: Principal) -> dict[str, Any]:
 def lock_detail(info: LockInfo, principal: Principal) -> dict[str, Any]:
     """Detail of lock events: the holder's Who and Operation, never the Info."""
     return {"who": info.who, "operation": info.operation, **_client(principal)}
+
+
+def release_detail(kind: str, info: LockInfo, principal: Principal) -> dict[str, Any]:
+    """Detail of a release event of C{kind}: who released the lock.  A forced
+    release (C{lock_force_release}: another holder's lock) also names the
+    lock's Who and Operation; an owner's release (C{lock_release}) does not
+    repeat them: they are its C{lock_acquire} event's, the event with the
+    same lock ID."""
+    if kind == LOCK_FORCE_RELEASE:
+        return lock_detail(info, principal)
+    return _client(principal)
 
 
 def control_detail(principal: Principal, **fields: Any) -> dict[str, Any]:

@@ -65,8 +65,11 @@ def test_a_move_writes_the_next_version_through_both_lanes(site: NativeSite) -> 
     events = site.request("GET", f"{NATIVE}/states/mono/-/events").json()["events"]
     kinds = [(e["kind"], e["detail"].get("operation")) for e in events[1:]]
     name = f"kl state mv ({operation['id']})"
+    # The release names no operation of its own: it is its acquire's (the
+    # event with the same lock ID).
     assert kinds == [("lock_acquire", name), ("state_operation", operation["id"]),
-                     ("lock_release", name)]
+                     ("lock_release", None)]
+    assert events[1]["lockId"] == events[3]["lockId"] is not None
     assert site.request("GET", f"{NATIVE}/states/mono/-/lock").json()["locked"] is False
 
 

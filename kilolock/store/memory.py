@@ -27,6 +27,7 @@ from kilolock.audit import (
     delete_detail,
     event_hash,
     lock_detail,
+    release_detail,
     unchained_event,
     write_detail,
 )
@@ -305,7 +306,8 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
             state.lock = None
             self._append_event(key.tenant, decision.event_kind, principal.name, key.path,
                                self.clock(), lock_id=held.info.id,
-                               detail={**lock_detail(held.info, principal),
+                               detail={**release_detail(decision.event_kind, held.info,
+                                                        principal),
                                        **(event_detail or {})})
             return held
 

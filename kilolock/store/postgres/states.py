@@ -44,7 +44,7 @@ from kilolock import state_rules
 from kilolock.atrest.envelope import DataKey, VersionIdentity
 from kilolock.atrest.stored import StoredPayload
 from kilolock.atrest.versions import VersionCodec
-from kilolock.audit import delete_detail, lock_detail, write_detail
+from kilolock.audit import delete_detail, lock_detail, release_detail, write_detail
 from kilolock.errors import ServiceUnavailable, StateNotFound
 from kilolock.model import (
     LOCK_ACQUIRE,
@@ -480,8 +480,8 @@ class PostgresStates:
     async def _unlock_txn(self, cursor: Any, key: StateKey, lock_id: str | None,
                           info: bytes | None, kind: str, principal: Principal,
                           event_detail: Mapping[str, Any] | None) -> Any:
-        detail = {} if info is None else {**lock_detail(LockInfo.stored(info), principal),
-                                          **(event_detail or {})}
+        detail = {} if info is None else {
+            **release_detail(kind, LockInfo.stored(info), principal), **(event_detail or {})}
         _, params = event_parameters(key.tenant, kind, principal.name, key.path, self._clock(),
                                      lock_id=lock_id, detail=detail)
         await cursor.execute(statements.UNLOCK, {**params, "info": info}, commit=True)
