@@ -6,13 +6,15 @@
 Part 1, small history: C{--versions} versions of a 50-resource state (about
 41 KB, pretty-printed like Terraform), two resources changed per version,
 either random ones or the same two every time.  For each storage scheme
-(the write path's policy, and schemes it does not implement: deltas
-against a fixed snapshot, chains against the previous version, skip
-deltas, two levels) it
-prints the bytes per version (all payloads and wrapped keys of the history
-divided by the number of versions: what the history costs, amortised),
-without and with encryption, how many payloads a read decodes at most, and
-the median encode and decode time per version.
+(the write path's policy, chains, with the bases its chain cache offers;
+the policy as it was before chains, deltas against the newest snapshot;
+and schemes it does not implement: deltas against a fixed snapshot, fixed
+chains, skip deltas, two levels) it prints the bytes per version (all
+payloads and wrapped keys of the history divided by the number of
+versions: what the history costs, amortised), without and with
+encryption, how many payloads a read decodes at most, and the median
+encode and decode time per version (a decode as by a process that holds
+none of the history).
 
 Part 2, large states: the 120 MB state of C{bench/large_state.py} (values
 of 1,500 repeated characters: it compresses 200-fold) and a 124 MB state of

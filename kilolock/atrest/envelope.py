@@ -17,7 +17,7 @@ C{payload} (the sealed payload)::
     0x01 | nonce (12 bytes) | AES-256-GCM(data key, compressed bytes) | tag (16)
 
 The payload's associated data is the version's identity (tenant, state path,
-serial, sha256, size) and how it is stored (codec, and the base snapshot's
+serial, sha256, size) and how it is stored (codec, and the base version's
 sha256 for a delta), together with the payload's format byte.  A payload
 copied into another row, or re-pointed at another base, fails to decrypt.
 The version's number is not bound: a write learns it only inside its
