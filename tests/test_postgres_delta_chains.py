@@ -237,3 +237,18 @@ async def test_a_database_at_schema_17_takes_chains_once_upgraded(
         await store.stop()
     assert codecs(dsn)[4:] == [(5, "zstd-delta", 4), (6, "zstd-delta", 5),
                                (7, "zstd-delta", 6)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_base_number_that_loops_is_a_typed_error(
+        stores: list[PostgresStateStore], postgres_dsn: str) -> None:
+    """A row whose base_number was altered to name a later version (a loop
+    back through the chain) fails the read with the typed 502: the walk
+    follows only earlier versions."""
+    writer, reader = stores
+    for serial in range(1, 6):
+        await write(writer, serial)
+    execute(postgres_dsn, "UPDATE state_versions SET base_number = 5 WHERE number = 3")
+    error = await failure_of(reader.read_version(KEY, 5), StoredVersionUnreadable)
+    assert error.status == 502
+    assert await reader.read_version(KEY, 2) == version(2)

@@ -149,7 +149,8 @@ DELETE_STATE = "DELETE FROM states WHERE id = %s"
 # path: PAYLOAD_BY_ID), size, sha256, serial, id, wrapped data key, number;
 # when and why the version was pruned (a tombstone: codec 'pruned'); its
 # base's number and sha256.  No row: no such version.  Each step of the
-# walk is a lookup of state_versions_number.
+# walk is a lookup of state_versions_number; a base is an earlier version
+# (the walk refuses any other, so a damaged base_number cannot loop it).
 _STORED_CHAIN = """
 WITH RECURSIVE target AS (
     SELECT v.id, v.state_id, v.number, v.base_number, v.codec
@@ -161,6 +162,7 @@ WITH RECURSIVE target AS (
     SELECT b.id, b.state_id, b.number, b.base_number, b.codec, c.depth + 1
     FROM chain c JOIN state_versions b ON b.state_id = c.state_id AND b.number = c.base_number
     WHERE c.codec = 'zstd-delta' AND NOT c.base_number = ANY(%(known)s::integer[])
+      AND c.base_number < c.number
 )
 SELECT v.codec, CASE WHEN octet_length(v.payload) < %(limit)s THEN v.payload END,
        v.size, v.sha256, v.serial, v.id, v.data_key, v.number, v.pruned_at, v.prune_reason,
