@@ -10,17 +10,18 @@ whose wrapping goes in C{data_key} and whose key id in C{kek_id}
 through here: encryption comes with it.
 
 The bases a write needs are remembered per state in this process
-(L{ChainCache}: the newest version's raw bytes and its chain's snapshot's);
-a process that does not know them (its first write or read of the state, or
-after it dropped them) writes a full snapshot.  Any version of the state is
-a correct base, so a stale cache only makes a delta larger; the database
-checks that the base is there (C{kl_write_state}).  The cache also answers
-reads of a version it holds, once the database has confirmed that version's
-number and sha256, and shortens the chain a read decodes to the links after
-it.
+(L{ChainCache}: the newest version's raw bytes, the version's before it and
+its chain's snapshot's); a process that does not know them (its first
+write or read of the state, or after it dropped them) writes a full
+snapshot.  Any version of the state is a correct base, so a stale cache
+only makes a delta larger; the database checks that the base is there
+(C{kl_write_state}).  A read selects a version's chain only down to a delta
+whose base the cache holds (checked by the base's sha256), so a read of the
+current version decodes its own payload against the version before it.
 
-Reads decode a row's chain (from its snapshot, each link opened with its
-own data key) and check the size and sha256 each row records.  Rows written
+Reads decode a row's chain (from its snapshot or a held version, each link
+opened with its own data key) and check the size of each link and the
+sha256 of the version read and of the versions kept as bases.  Rows written
 before compression are C{identity}; rows written before encryption was
 turned on have no data key and are read as they are.
 """
