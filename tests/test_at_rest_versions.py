@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stub_client import state_body
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.python.failure import Failure
@@ -32,6 +34,8 @@ from kilolock.atrest.errors import (
 from kilolock.atrest.keyring import KeyEncryptionKey, KeyRing, LocalKeyProvider
 from kilolock.atrest.stored import StoredPayload
 from kilolock.atrest.versions import ChainEnds, StoredRow, VersionCodec
+from kilolock.model import StateKey
+from kilolock.store.postgres.payloads import ChainCache
 
 _T = TypeVar("_T")
 PROVIDER = LocalKeyProvider(KeyRing([KeyEncryptionKey("k1", os.urandom(32))], "k1"))
@@ -173,3 +177,38 @@ def test_a_link_decoding_to_other_bytes_fails_the_version_read() -> None:
         with pytest.raises(CorruptVersion, match="sha256"):
             fired(codec.decode(rows[last], rows[:last]))
     assert fired(codec.decode(rows[1], rows[:1])) == raws[1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.binary(min_size=64, max_size=2000),
+       st.lists(st.tuples(st.integers(min_value=0, max_value=1999), st.binary(max_size=40)),
+                min_size=1, max_size=12),
+       st.integers(min_value=2, max_value=5), st.booleans())
+def test_any_history_written_as_the_store_writes_it_reads_back(
+        first: bytes, edits: list[tuple[int, bytes]], max_links: int, tight: bool) -> None:
+    """Versions made by arbitrary edits, encoded with the bases the store's
+    chain cache offers (short chains, a byte limit that forces deltas
+    against the snapshot when C{tight}): each decodes from its own chain,
+    walked back by its base numbers, byte for byte."""
+    policy = CompressionPolicy(snapshot_ratio=1.0, max_links=max_links,
+                               chain_bytes=3 * 2100 if tight else 4 << 20)
+    codec = VersionCodec(None, policy)
+    cache, key = ChainCache(), StateKey("acme", "prod/app")
+    raws, rows, bases = [first], [], []
+    for at, text in edits:
+        raws.append(raws[-1][:at] + text + raws[-1][at + len(text):])
+    for number, raw in enumerate(raws, 1):
+        cached = cache.get(key)
+        identity = VersionIdentity("acme", "prod/app", number, sha256_hex(raw), len(raw))
+        stored = fired(codec.encode(raw, identity, None if cached is None else cached.snapshot,
+                                    None if cached is None else cached.newest))
+        bases.append(None if cached is None else cached.base_number(stored))
+        cache.written(key, number, raw, identity.sha256, stored, cached)
+        rows.append(StoredRow(stored, identity))
+    for number in range(1, len(raws) + 1):
+        chain, at = [], number
+        while at is not None:
+            chain.insert(0, rows[at - 1])
+            at = bases[at - 1]
+        assert len(chain) <= max_links
+        assert fired(codec.decode_chain(chain)).last == raws[number - 1]
