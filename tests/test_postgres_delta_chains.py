@@ -5,6 +5,7 @@ several processes writing and reading one state stay byte-exact."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -43,6 +44,17 @@ def make_store(dsn: str, encrypted: bool = False) -> PostgresStateStore:
 
     return PostgresStateStore(dsn, reactor, pool_size=2, key_provider=provider(
         "k1", KEYS) if encrypted else None)
+
+
+@contextlib.asynccontextmanager
+async def running(dsn: str, encrypted: bool = False) -> AsyncIterator[PostgresStateStore]:
+    """A started store (a Kilolock process), stopped when the block ends."""
+    store = make_store(dsn, encrypted)
+    await store.start()
+    try:
+        yield store
+    finally:
+        await store.stop()
 
 
 @pytest_twisted.async_yield_fixture
@@ -156,26 +168,18 @@ async def test_a_damaged_link_fails_the_reads_through_it_and_only_those(
     """A link whose payload was altered: reading any version after it, from
     a process that holds none of the chain, is the typed 502; the versions
     before it still read."""
-    writer = make_store(postgres_dsn, encrypted=True)
-    await writer.start()
-    try:
+    async with running(postgres_dsn, encrypted=True) as writer:
         for serial in range(1, 7):
             await write(writer, serial)
-    finally:
-        await writer.stop()
     execute(postgres_dsn, "UPDATE state_versions SET payload = substring(payload, 1,"
                           " octet_length(payload) - 1) || '\\x00'::bytea WHERE number = 4")
-    reader = make_store(postgres_dsn, encrypted=True)
-    await reader.start()
-    try:
+    async with running(postgres_dsn, encrypted=True) as reader:
         for number in (4, 5, 6):
             error = await failure_of(reader.read_version(KEY, number), StoredVersionUnreadable)
             assert error.status == 502
         await failure_of(reader.read_current(KEY), StoredVersionUnreadable)
         for number in (1, 2, 3):
             assert await reader.read_version(KEY, number) == version(number)
-    finally:
-        await reader.stop()
 
 
 @pytest_twisted.ensureDeferred
@@ -208,13 +212,9 @@ async def test_a_database_at_schema_17_takes_chains_once_upgraded(
     next writes are links of a chain."""
     dsn = database_at_schema
     as_kilolock_of(monkeypatch, 17)
-    old = make_store(dsn)
-    await old.start()
-    try:
+    async with running(dsn) as old:
         for serial in range(1, 5):
             await write(old, serial)
-    finally:
-        await old.stop()
     monkeypatch.undo()
     assert codecs(dsn) == [(1, "zstd", None), (2, "zstd-delta", 1), (3, "zstd", None),
                            (4, "zstd-delta", 3)]
@@ -225,16 +225,12 @@ async def test_a_database_at_schema_17_takes_chains_once_upgraded(
     assert query(dsn, "SELECT count(*) FROM pg_constraint WHERE conname = 'state_versions_base'"
                       ) == [(0,)]
     assert query(dsn, "SELECT to_regclass('state_versions_base') IS NULL") == [(True,)]
-    store = make_store(dsn)
-    await store.start()
-    try:
+    async with running(dsn) as store:
         assert await store.read_current(KEY) == version(4)
         for serial in range(5, 8):
             await write(store, serial)
         for number in range(1, 8):
             assert await store.read_version(KEY, number) == version(number)
-    finally:
-        await store.stop()
     assert codecs(dsn)[4:] == [(5, "zstd-delta", 4), (6, "zstd-delta", 5),
                                (7, "zstd-delta", 6)]
 

@@ -42,8 +42,8 @@ from kilolock.atrest.versions import ChainEnds, StoredRow, VersionCodec
 from kilolock.model import StateKey
 from kilolock.store.postgres.codecs import bytes_from_hex
 
-__all__ = ["CachedChain", "ChainCache", "StoredColumns", "decode_chain", "identity_of",
-           "write_columns"]
+__all__ = ["CachedChain", "ChainCache", "ChainRow", "StoredColumns", "decode_chain",
+           "identity_of", "write_columns"]
 
 #: Raw bytes of versions a process remembers (all states together).
 CHAIN_CACHE_BYTES = 64 << 20
@@ -191,13 +191,37 @@ def identity_of(key: StateKey, columns: StoredColumns) -> VersionIdentity:
 def decode_chain(codec: VersionCodec, key: StateKey, chain: Sequence[StoredColumns],
                  start: Base | None = None) -> Deferred[ChainEnds]:
     """The raw bytes of the last of C{chain} (payloads read; oldest first,
-    from a full snapshot, or from a delta against C{start}), each link
-    checked against its sha256.
+    from a full snapshot, or from a delta against C{start}), checked as
+    L{VersionCodec.decode_chain} checks them.
 
     @return: a Deferred firing with the L{ChainEnds}; failing with the typed
         errors of L{kilolock.atrest.errors}."""
     return codec.decode_chain([StoredRow(row.stored(), identity_of(key, row)) for row in chain],
                               start)
+
+
+@frozen
+class ChainRow:
+    """One row of a version's chain as C{statements.STORED_VERSION} selects
+    it: its payload columns (the payload as selected: hex text, or None when
+    too large for the pool), its number, when and why it was pruned (a
+    tombstone), and its base's number and sha256 (None for a full row)."""
+
+    columns: StoredColumns
+    number: int
+    pruned_at: Any
+    prune_reason: str | None
+    base_number: int | None
+    base_sha256: str | None
+
+    @classmethod
+    def of(cls, row: Any) -> ChainRow:
+        columns = columns_of(row[0:7])
+        assert columns is not None
+        number, pruned_at, prune_reason, base_number, base_sha256 = row[7:12]
+        return cls(columns, int(number), pruned_at, prune_reason,
+                   None if base_number is None else int(base_number),
+                   None if base_sha256 is None else str(base_sha256))
 
 
 def columns_of(values: Any) -> StoredColumns | None:

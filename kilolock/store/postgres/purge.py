@@ -109,7 +109,8 @@ class PostgresPurge(PayloadPart):
         self._chains.forget(key)
         reencoded = []
         if has_dependants:
-            purged = Base(await self._version_bytes_txn(cursor, key, number), version.sha256)
+            _, raw = await self._version_bytes_txn(cursor, key, number)
+            purged = Base(raw, version.sha256)
             reencoded = await self._reencode_dependants(cursor, key, params, purged)
         now = self._clock()
         await cursor.execute(TOMBSTONE, {"id": row_id, "now": now, "reason": reason})
@@ -129,31 +130,24 @@ class PostgresPurge(PayloadPart):
         if numbers:
             self._chains.forget(key)
         for number in numbers:
-            chain = await self._chain_txn(cursor, key, number)
-            raw = (await payloads.decode_chain(self._codec, key, chain)).last
-            stored = await self._codec.encode(raw, payloads.identity_of(key, chain[-1]), None)
+            row, raw = await self._version_bytes_txn(cursor, key, number)
+            stored = await self._codec.encode(raw, payloads.identity_of(key, row), None)
             await cursor.execute(REENCODE, {**payloads.write_columns(stored),
-                                            "id": chain[-1].row_id, "base_number": None})
+                                            "id": row.row_id, "base_number": None})
 
-    async def _chain_txn(self, cursor: Any, key: StateKey,
-                         number: int) -> list[payloads.StoredColumns]:
-        """The payload columns of version C{number}'s chain, oldest first (a
-        delta or a base of deltas: never a large state, so the payloads are
-        selected here)."""
+    async def _version_bytes_txn(self, cursor: Any, key: StateKey, number: int,
+                                 ) -> tuple[payloads.StoredColumns, bytes]:
+        """Version C{number}'s payload columns and raw bytes, decoded from
+        its chain (a delta or a base of deltas: never a large state, so
+        every payload is selected here)."""
         await cursor.execute(statements.STORED_VERSION, {
             "tenant": key.tenant, "path": key.path, "number": number, "known": [],
             "limit": EVERY_PAYLOAD})
         chain = []
-        for row in cursor.fetchall():
-            columns = payloads.columns_of((*row[:1], bytes_from_hex(row[1]), *row[2:7]))
-            assert columns is not None
-            chain.append(columns)
-        return chain
-
-    async def _version_bytes_txn(self, cursor: Any, key: StateKey, number: int) -> bytes:
-        """The raw bytes of version C{number}, decoded from its chain."""
-        chain = await self._chain_txn(cursor, key, number)
-        return (await payloads.decode_chain(self._codec, key, chain)).last
+        for row in map(payloads.ChainRow.of, cursor.fetchall()):
+            hex_text: Any = row.columns.payload  # selected as hex text
+            chain.append(evolve(row.columns, payload=bytes_from_hex(hex_text)))
+        return chain[-1], (await payloads.decode_chain(self._codec, key, chain)).last
 
     async def _reencode_dependants(self, cursor: Any, key: StateKey, params: dict[str, Any],
                                    purged: Base) -> list[int]:

@@ -86,33 +86,33 @@ class PostgresReads:
             await cursor.execute(query, {**params, "tenant": key.tenant, "path": key.path,
                                          "known": list(held),
                                          "limit": large.LARGE_TRANSFER_BYTES})
-            return cursor.fetchall()
+            return [payloads.ChainRow.of(row) for row in cursor.fetchall()]
 
-        found = await self._runner.run_interaction(select)
+        found: list[payloads.ChainRow] = await self._runner.run_interaction(select)
         if not found:
             return None
-        target = found[-1]
-        if target[0] == PRUNED:
-            raise pruned_error(int(target[7]), rows.utc(target[8]), target[9])
+        first, target = found[0], found[-1]
+        if target.columns.codec == PRUNED:
+            raise pruned_error(target.number, rows.utc(target.pruned_at), target.prune_reason)
         start = None
-        if found[0][0] == DELTA and found[0][10] in held:
-            start = held[found[0][10]]
-            if start.sha256 != found[0][11]:
+        if first.columns.codec == DELTA and first.base_number in held:
+            start = held[first.base_number]
+            if start.sha256 != first.base_sha256:
                 # Another process deleted the state and wrote it again.
                 self._chains.forget(key)
                 return await self._state_bytes(key, query, params)
         chain: list[payloads.StoredColumns] = []
         try:
-            if any(row[0] == PRUNED for row in found):
-                raise WrongBase(f"version {target[7]} is a delta on a pruned version")
+            if any(row.columns.codec == PRUNED for row in found):
+                raise WrongBase(f"version {target.number} is a delta on a pruned version")
             for row in found:
-                chain.append(await self._payload_read(_columns(row)))
+                chain.append(await self._payload_read(row.columns))
             ends = await payloads.decode_chain(self._codec, key, chain, start)
         except StoredVersionUnreadable as error:
             # An operator wants to know at once: a damaged or tampered
             # row, or keys that do not match it (never bytes or keys).
             log.warn(UNREADABLE, code=error.code, tenant=key.tenant, path=key.path,
-                     serial=target[4], message=error.message)
+                     serial=target.columns.serial, message=error.message)
             raise
         if query is statements.CURRENT_STORED_VERSION:
             self._chains.note(key, _read_entry(
@@ -242,14 +242,7 @@ class PostgresReads:
         return ensureDeferred(matches())
 
 
-def _columns(row: Any) -> payloads.StoredColumns:
-    """The payload columns of one row of a chain."""
-    columns = payloads.columns_of(row[0:7])
-    assert columns is not None
-    return columns
-
-
-def _read_entry(cached: payloads.CachedChain | None, found: list[Any],
+def _read_entry(cached: payloads.CachedChain | None, found: list[payloads.ChainRow],
                 chain: list[payloads.StoredColumns],
                 ends: ChainEnds) -> payloads.CachedChain | None:
     """What a read of the current version leaves in the chain cache: the
@@ -257,7 +250,7 @@ def _read_entry(cached: payloads.CachedChain | None, found: list[Any],
     C{cached} holds, ending at the current version.  None: forget the
     state (its current version is not compressed, or its chain starts at a
     row that is not a zstd snapshot)."""
-    last, number = chain[-1], int(found[-1][7])
+    last, number = chain[-1], found[-1].number
     if last.codec == SNAPSHOT:
         assert last.payload is not None
         return payloads.CachedChain(number, Snapshot(Base(ends.last, last.sha256),
@@ -266,18 +259,19 @@ def _read_entry(cached: payloads.CachedChain | None, found: list[Any],
         return None
     if cached is not None:
         entry = payloads.CachedChain(cached.snapshot_number, cached.snapshot)
-        start_number = int(found[0][10])
-        links = len(chain) + cached.links_of(start_number)
+        assert found[0].base_number is not None
+        links = len(chain) + cached.links_of(found[0].base_number)
     elif chain[0].codec == SNAPSHOT and ends.first_full is not None:
         first = chain[0]
         assert first.payload is not None
-        entry = payloads.CachedChain(int(found[0][7]), Snapshot(
+        entry = payloads.CachedChain(found[0].number, Snapshot(
             Base(ends.first_full, first.sha256), len(first.payload), 0))
         links = len(chain)
     else:
         return None
-    base_number = int(found[-1][10])
+    base_number, base_sha256 = found[-1].base_number, found[-1].base_sha256
+    assert base_number is not None and base_sha256 is not None
     if base_number != entry.snapshot_number:
         entry = evolve(entry, newest_number=base_number,
-                       newest=Newest(Base(ends.before_last, str(found[-1][11])), links - 1))
+                       newest=Newest(Base(ends.before_last, base_sha256), links - 1))
     return entry.followed_by(number, base_number, ends.last, last.sha256, links)
