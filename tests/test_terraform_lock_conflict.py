@@ -36,7 +36,7 @@ HOLDER = LockInfo(ID="3c7e0d2a-6f1b-4a7e-9d55-0c8f2b1a9e10", Operation="Operatio
                   Who="alice@laptop", Version="1.15.5",
                   Created="2026-11-29T23:05:20.206526015Z")
 
-_BLOCK = re.compile(r"Lock Info:\n((?:  \w+: *.*\n)+)")
+_BLOCK = re.compile(r"Lock Info:\n((?:  \w+:.*\n)+)")
 _GO_UTC = re.compile(r"^(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?) \+0000 UTC$")
 
 
@@ -125,3 +125,22 @@ def test_terraform_1_11_prints_its_own_request_under_lock_info(
     assert "alice@laptop" not in refused.output
     expected = model_error(kilolock_server, version, own)
     assert f"Error message: {flat(expected)}" in refused.flat_output
+
+
+def test_the_docs_quote_what_each_release_prints() -> None:
+    """docs/http-lane.md quotes both outputs: each is the model's rendering
+    of the conflict for its release (the holder's block for 1.15.5; the
+    plan's own request for 1.11.4), with the holder's ID on the first line."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "http-lane.md").read_text()
+    section = page.split("## Lock conflicts in the client", 1)[1].split("\n## ", 1)[0]
+    quoted = re.findall(r"```text\n(.*?)```", section, re.DOTALL)
+    assert len(quoted) == 2
+    first_line = f"HTTP remote state already locked: ID={HOLDER.ID}"
+    for text, version in zip(quoted, ("1.15.5", "1.11.4"), strict=True):
+        shown = printed_lock_info(Result(("plan",), 1, "", text))
+        assert shown.Version == version
+        assert flat(text) == flat("Error: Error acquiring the state lock Error message: "
+                                  + LockError(first_line, shown).error())
+    assert printed_lock_info(Result(("plan",), 1, "", quoted[0])) == HOLDER
+    assert printed_lock_info(Result(("plan",), 1, "", quoted[1])).Operation == \
+        "OperationTypePlan"
