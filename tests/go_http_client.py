@@ -1,5 +1,5 @@
-"""The Go http-backend client of Terraform, transcribed line by line, for
-wire tests against a real listening Kilolock.
+"""The Go http-backend clients of Terraform and OpenTofu, transcribed line by
+line, for wire tests against a real listening Kilolock.
 
 ``GoHttpClient`` is ``httpClient`` of Terraform's
 ``internal/backend/remote-state/http/client.go`` (tag v1.15.5; the file is
@@ -8,7 +8,14 @@ the same at hashicorp/terraform 883c7221).  It says which release it models
 (``HOLDER_IN_LOCK_ERROR_SINCE``), and the older one (tag v1.11.4, unchanged
 through v1.14.9) is what many users still run.
 
-It keeps the same methods, URLs, headers (``Content-Type``,
+``TofuHttpClient`` is ``httpClient`` of OpenTofu's
+``internal/backend/remote-state/http/client.go`` at tag v1.12.6 (with the
+``headers`` setting of ``backend.go``): it sends the user's ``headers``
+(``Authorization: Bearer ...``), puts the holder's LockInfo in its
+LockError (since OpenTofu v1.9.0, opentofu/opentofu#2090) and sends the
+typed ID on ``force-unlock`` (since v1.10.0, opentofu/opentofu#2381).
+
+Both keep the same methods, URLs, headers (``Content-Type``,
 ``Content-MD5``, Basic auth), framing, reading of status codes and retry
 rule as ``go-retryablehttp`` (connection errors, 429 and 5xx except 501;
 the body replayed byte-for-byte).  Only the retry *waits* are shortened
@@ -378,4 +385,134 @@ def remote_TestRemoteLocks(a: GoHttpClient, b: GoHttpClient) -> None:
     lockIDB = b.Lock(infoB)
     assert lockIDB != lockIDA, f"duplicate lock IDs: {lockIDB!r}"
     b.Unlock(lockIDB)
+
+
+# -- OpenTofu's httpClient (opentofu/opentofu v1.12.6) --------------------------------
+
+#: OpenTofu's release the model follows.
+TOFU_VERSION = (1, 12, 6)
+
+
+class TofuConfigError(Exception):
+    """What OpenTofu's backend.go refuses in the block (before any request)."""
+
+
+def canonical_header(name: str) -> str:
+    """Go's textproto.CanonicalMIMEHeaderKey, which http.Header.Set applies:
+    C{authorization} is sent as C{Authorization}, C{x-team} as C{X-Team}."""
+    return "-".join(part[:1].upper() + part[1:].lower() for part in name.split("-"))
+
+
+def tofu_headers(headers: dict[str, str], username: str = "") -> dict[str, str]:
+    """The C{headers} setting as backend.go's Configure takes it: an
+    C{Authorization} header together with C{username} is refused, so are
+    C{Content-Type} and C{Content-MD5} (reserved)."""
+    taken: dict[str, str] = {}
+    for name, value in headers.items():
+        lowered = name.lower()
+        if lowered == "authorization" and username:
+            raise TofuConfigError(f'headers "{name}" cannot be set when providing username')
+        if lowered in ("content-type", "content-md5"):
+            raise TofuConfigError(f'headers "{name}" is reserved')
+        taken[name] = value
+    return taken
+
+
+@define
+class TofuHttpClient(GoHttpClient):
+    """OpenTofu's httpClient (v1.12.6), transcribed where it differs from
+    Terraform's:
+
+      - httpRequest sets the user's C{Headers} (L{tofu_headers}) on every
+        request, then Basic auth if C{Username}; a body (and its
+        C{Content-Type}, C{Content-MD5}) only when there is data, sent with
+        its C{Content-Length} (retryablehttp's []byte body): never chunked;
+      - Lock's LockError carries the holder's LockInfo from the 409/423
+        body, or the caller's when the body does not parse;
+      - Unlock sends a LockInfo: the one it locked with, or, for
+        C{force-unlock} (a client that never locked), one with only the
+        typed ID (every other field Go's zero value).
+
+    C{sent} keeps every request's bytes as they went on the wire."""
+
+    Headers: dict[str, str] = field(factory=dict)
+    sent: list[bytes] = field(factory=list)
+
+    def fresh(self) -> TofuHttpClient:
+        """A new client with the same configuration (a new OpenTofu process)."""
+        return evolve(self, lockID="", jsonLockInfo=None, attempts=[], sent=[])
+
+    def _attempt(self, method: str, url: str, data: bytes | None) -> tuple[int, bytes]:
+        parts = urlsplit(url)
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        headers: dict[str, str] = {}
+        for name, value in self.Headers.items():
+            headers[canonical_header(name)] = value
+        if self.Username:
+            token = base64.b64encode(f"{self.Username}:{self.Password}".encode()).decode()
+            headers["Authorization"] = f"Basic {token}"
+        body = data or b""
+        if body:
+            headers["Content-Type"] = "application/json"
+            headers["Content-Md5"] = content_md5(body)
+        # net/http's order: Host, User-Agent, Content-Length, the header
+        # map sorted by name, then the transport's Accept-Encoding.
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc}",
+                 "User-Agent: Go-http-client/1.1"]
+        if body:
+            lines.append(f"Content-Length: {len(body)}")
+        lines += [f"{name}: {headers[name]}" for name in sorted(headers)]
+        lines.append("Accept-Encoding: gzip")
+        request = "\r\n".join(lines).encode() + b"\r\n\r\n" + body
+        self.sent.append(request)
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        try:
+            connection.connect()
+            assert connection.sock is not None
+            connection.sock.sendall(request)
+            response = http.client.HTTPResponse(connection.sock, method=method)
+            response.begin()
+            return response.status, response.read()
+        finally:
+            connection.close()
+
+    def Lock(self, info: LockInfo) -> str:
+        if self.LockURL is None:
+            return ""
+        self.lockID = ""
+        jsonLockInfo = info.marshal()
+        status, body = self.httpRequest(self.LockMethod, self.LockURL, jsonLockInfo, "lock")
+        if status == 200:
+            self.lockID = info.ID
+            self.jsonLockInfo = jsonLockInfo
+            return info.ID
+        if status == 401:
+            raise ClientError("HTTP remote state endpoint requires auth")
+        if status == 403:
+            raise ClientError("HTTP remote state endpoint invalid auth")
+        if status in (409, 423):
+            try:
+                existing = LockInfo.unmarshal(body)
+            except ValueError:
+                raise LockError("HTTP remote state already locked, failed to unmarshal body",
+                                info) from None
+            raise LockError(f"HTTP remote state already locked: ID={existing.ID}", existing)
+        raise ClientError(f"Unexpected HTTP response code {status}")
+
+    def Unlock(self, id: str) -> None:
+        if self.UnlockURL is None:
+            return
+        # "force unlock command does not instantiate statemgr.LockInfo which
+        # means that c.jsonLockInfo will be nil"
+        lockInfo = LockInfo()
+        if self.jsonLockInfo is not None:
+            lockInfo = LockInfo.unmarshal(self.jsonLockInfo)
+            if id != lockInfo.ID:
+                raise LockError(f"lock id {json.dumps(id)} does not match existing lock",
+                                lockInfo)
+        lockInfo = evolve(lockInfo, ID=id)
+        status, _ = self.httpRequest(self.UnlockMethod, self.UnlockURL, lockInfo.marshal(),
+                                     "unlock")
+        if status != 200:
+            raise ClientError(f"Unexpected HTTP response code {status}")
 
