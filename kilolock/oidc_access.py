@@ -109,15 +109,17 @@ class OidcAccess:
                 Reason.LOCK_GRACE_DENIED, "an expired token may only finish the work it locked"))
 
     def require_finishing(self, path: str, held: HeldLock | None,
-                          lock_id: str | None) -> None:
-        """A write fenced by lock C{lock_id} or an unlock of it: a token
-        within its validity needs a write grant; an expired one (within the
-        grace) also needs the state's lock C{held} to be the one the request
-        names, taken by this very token (see L{kilolock.oidc.grace}).
+                          lock_id: str | None, need: Access = Access.WRITE) -> None:
+        """A write fenced by lock C{lock_id} or an unlock of it (C{need}
+        write), or the read-back of a locked state (C{need} read): a token
+        within its validity needs a grant of C{need}; an expired one (within
+        the grace) also needs the state's lock C{held} to have been taken by
+        this very token and, to write or unlock, to be the one the request
+        names (see L{kilolock.oidc.grace}).
 
         @raise Denied: unless allowed."""
         if not self.expired:
-            self.require(path, Access.WRITE)
+            self.require(path, need)
             return
         place = self._place(path)
         if isinstance(place, Refusal):
@@ -125,7 +127,8 @@ class OidcAccess:
         state, workspace, environment = place
         holder = None if held is None else grace.HeldLock(held.info.id, held.token_digest)
         refusal = grace.finishing_refusal(self.accepted, self.token_digest, holder, lock_id,
-                                          state, workspace=workspace, environment=environment)
+                                          state, need=need, workspace=workspace,
+                                          environment=environment)
         if refusal is not None:
             raise denial(refusal)
 

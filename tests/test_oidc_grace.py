@@ -76,6 +76,28 @@ def test_a_token_expiring_mid_apply_may_write_and_unlock_its_lock(harness: Harne
     assert isinstance(without_grace, Refusal) and without_grace.reason is Reason.EXPIRED
 
 
+def test_an_expired_token_reads_back_only_the_state_its_lock_holds(harness: Harness) -> None:
+    """Terraform reads back a new state before its first write, naming no
+    lock: an expired token may read exactly the state its own lock holds,
+    while held; no lock, another credential's lock, or a state its rules do
+    not name: refused."""
+    token = harness.issuer.github()
+    digest = token_digest(token.encode())
+    mine = HeldLock(lock_id="8f3c-lock", token_digest=digest)
+    harness.clock.advance(20 * 60)
+    late = harness.decide(token, grace=DEFAULT_GRACE)
+    assert isinstance(late, Accepted) and late.expired
+    assert finishing_refusal(late, digest, mine, None, "prod/network", need=Access.READ) is None
+    for held, why in ((None, "the state is not locked"),
+                      (HeldLock("8f3c-lock", None), "taken by another credential"),
+                      (HeldLock("8f3c-lock", "0" * 64), "taken by another credential")):
+        refusal = finishing_refusal(late, digest, held, None, "prod/network", need=Access.READ)
+        assert refusal is not None and refusal.reason is Reason.LOCK_GRACE_DENIED
+        assert why in refusal.detail
+    elsewhere = finishing_refusal(late, digest, mine, None, "staging/network", need=Access.READ)
+    assert elsewhere is not None and elsewhere.reason is Reason.STATE_NOT_GRANTED
+
+
 @pytest.mark.parametrize(("held", "lock_id", "why"), [
     (None, "8f3c-lock", "the state is not locked"),
     (HeldLock("8f3c-lock", None), "8f3c-lock", "taken by another credential"),
@@ -128,7 +150,14 @@ def test_a_read_only_token_cannot_finish_by_grace(harness: Harness) -> None:
 
 
 def test_a_valid_token_finishes_with_its_grant_alone(harness: Harness) -> None:
-    """Before expiry, finishing needs only the write grant."""
+    """Before expiry, finishing needs only the grant: write to write, read
+    to read (a pull request's token reads any state its rule names, locked
+    or not, and writes none)."""
     late = harness.decide(harness.issuer.mint(github_claims(harness.issuer.url)))
     assert isinstance(late, Accepted)
     assert finishing_refusal(late, "x", None, None, "prod/network") is None
+    reader = harness.decide(harness.issuer.mint(github_pull_request_claims(harness.issuer.url)))
+    assert isinstance(reader, Accepted)
+    assert finishing_refusal(reader, "x", None, None, "prod/network", need=Access.READ) is None
+    refusal = finishing_refusal(reader, "x", None, None, "prod/network")
+    assert refusal is not None and refusal.reason is Reason.READ_ONLY

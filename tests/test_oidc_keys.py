@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from oidc_issuer import AUDIENCE, Harness, LocalIssuer, github_claims
+from oidc_support import captured_logs
 from treq.testing import StubTreq
 from twisted.internet.defer import Deferred
 
@@ -214,11 +215,37 @@ def test_a_discovery_document_for_another_issuer_is_not_used(harness: Harness) -
     assert harness.issuer.requests["jwks"] == 0
 
 
-def test_a_plain_http_jwks_uri_on_another_host_is_not_fetched(harness: Harness) -> None:
-    """jwks_uri must be https (http only on loopback)."""
+@pytest.mark.parametrize("jwks_uri", [
+    "http://keys.example/jwks", "http://10.0.0.7/jwks", "ftp://127.0.0.1/jwks",
+    "https://user:pw@keys.example/jwks", "https://keys.example/jwks#top", 42])
+def test_a_jwks_uri_that_is_not_https_or_loopback_is_not_fetched(
+        harness: Harness, jwks_uri: object) -> None:
+    """A discovery document's jwks_uri follows the rule of the issuer's url:
+    plain http on another host (a private address too), another scheme, user
+    info, a fragment or no text at all: nothing fetched, keys_unavailable,
+    and the warning names the rule."""
     harness.issuer.discovery = lambda: {  # type: ignore[method-assign]
-        "issuer": harness.issuer.url, "jwks_uri": "http://keys.example/jwks"}
-    assert reason_of(harness.decide(harness.issuer.github())) is Reason.KEYS_UNAVAILABLE
+        "issuer": harness.issuer.url, "jwks_uri": jwks_uri}
+    with captured_logs() as logs:
+        assert reason_of(harness.decide(harness.issuer.github())) is Reason.KEYS_UNAVAILABLE
+    assert fetches(harness) == 0
+    problems = [event["problem"] for event in logs if "problem" in event]
+    assert len(problems) == 1
+    assert problems[0].startswith(f"{harness.issuer.url}/.well-known/openid-configuration")
+    if isinstance(jwks_uri, str) and jwks_uri.startswith(("http:", "ftp:")):
+        assert "must be https (http only for a loopback host, for tests)" in problems[0]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:8900", "localhost:8900"])
+def test_a_plain_http_jwks_uri_on_loopback_is_fetched(host: str) -> None:
+    """The loopback exception of the issuer's url holds for jwks_uri too
+    (docs/ci-identity.md): an https issuer whose discovery document names
+    http on 127.0.0.1 or localhost has its keys fetched there."""
+    harness = Harness(LocalIssuer(url="https://issuer.example"))
+    harness.issuer.discovery = lambda: {  # type: ignore[method-assign]
+        "issuer": "https://issuer.example", "jwks_uri": f"http://{host}/.well-known/jwks"}
+    assert isinstance(harness.decide(harness.issuer.github()), Accepted)
+    assert harness.issuer.requests == {"discovery": 1, "jwks": 1}
 
 
 def test_a_configured_jwks_url_skips_discovery(harness: Harness) -> None:

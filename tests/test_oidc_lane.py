@@ -178,27 +178,56 @@ def test_attacks_are_401_and_write_nothing(lane: OidcLane, attack: str) -> None:
 def test_a_token_expiring_mid_apply_writes_and_unlocks_its_own_lock(lane: OidcLane) -> None:
     """The token locks while valid; 20 minutes later (it expired after 5)
     the same token writes under its lock and unlocks; meanwhile it may not
-    read, lock anything, or write without naming its lock."""
+    lock anything, or write without naming its lock, or list."""
     token = lane.token()
     headers = oidc_basic(token)
     body = lock_body("apply-lock")
     assert lane.request("LOCK", PROD, body, headers).status == 200
     lane.clock.advance(20 * 60)
     with captured_logs() as logs:
-        refused = [lane.request("GET", PROD, headers=headers),
-                   lane.request("LOCK", "/v1/states/prod-other", lock_body(), headers),
+        refused = [lane.request("LOCK", "/v1/states/prod-other", lock_body(), headers),
                    lane.request("POST", PROD, state_body(1), headers),
                    lane.request("POST", f"{PROD}?ID=another-lock", state_body(1), headers),
                    lane.request("GET", "/v1/native/states", headers=headers)]
         written = lane.request("POST", f"{PROD}?ID=apply-lock", state_body(1), headers)
         unlocked = lane.request("UNLOCK", PROD, body, headers)
-    assert [reply.status for reply in refused] == [401, 401, 401, 401, 401]
+    assert [reply.status for reply in refused] == [401, 401, 401, 401]
     assert (written.status, unlocked.status) == (200, 200)
-    assert [e["denied"] for e in access_events(logs)][:5] == ["oidc_lock_grace_denied"] * 5
+    assert [e["denied"] for e in access_events(logs)][:4] == ["oidc_lock_grace_denied"] * 4
     assert lane.written() == ["lock_acquire", "state_write", "lock_release"]
     # The lock is gone: the expired token can do nothing more.
     assert lane.request("POST", f"{PROD}?ID=apply-lock", state_body(2),
                         headers).status == 401
+
+
+def test_an_expired_token_reads_back_only_the_state_its_lock_holds(lane: OidcLane) -> None:
+    """Terraform reads a new state back just before its first write, without
+    naming its lock.  An expired token may GET (and HEAD) exactly the state
+    its own lock holds, while it holds it: 404 before the first write, the
+    bytes after.  Every other read is refused (lock_grace_denied): another
+    state it may read, a state another credential locked, the same state on
+    the native API, and the same state once the lock is released."""
+    headers = oidc_basic(lane.token())
+    assert lane.request("POST", "/v1/states/prod-shared", state_body(1),
+                        bearer(STATIC_TOKEN)).status == 200
+    assert lane.request("LOCK", "/v1/states/prod-theirs", lock_body("static-lock"),
+                        bearer(STATIC_TOKEN)).status == 200
+    assert lane.request("LOCK", PROD, lock_body("apply-lock"), headers).status == 200
+    lane.clock.advance(20 * 60)
+    assert lane.request("GET", PROD, headers=headers).status == 404
+    assert lane.request("POST", f"{PROD}?ID=apply-lock", state_body(1), headers).status == 200
+    read_back = lane.request("GET", PROD, headers=headers)
+    assert (read_back.status, read_back.body) == (200, state_body(1))
+    assert lane.request("HEAD", PROD, headers=headers).status == 200
+    with captured_logs() as logs:
+        refused = [lane.request("GET", "/v1/states/prod-shared", headers=headers),
+                   lane.request("GET", "/v1/states/prod-theirs", headers=headers),
+                   lane.request("GET", "/v1/native/states/prod-network", headers=headers)]
+        assert lane.request("UNLOCK", PROD, lock_body("apply-lock"), headers).status == 200
+        refused.append(lane.request("GET", PROD, headers=headers))
+    assert [reply.status for reply in refused] == [401, 401, 401, 401]
+    assert [e.get("denied") for e in access_events(logs)] == [
+        "oidc_lock_grace_denied"] * 3 + [None, "oidc_lock_grace_denied"]
 
 
 def test_an_expired_token_cannot_finish_a_lock_it_did_not_take(lane: OidcLane) -> None:

@@ -145,8 +145,8 @@ def hold_past_expiry(oidc: OidcServer, tf: Terraform, hold: HoldStep) -> Any:
     oidc.clock.advance(20 * 60)
     try:
         token = tf.env["TF_HTTP_PASSWORD"]
-        # Meanwhile the expired token may neither read nor lock.
-        assert oidc.request("GET", f"/v1/states/{STATE}",
+        # Meanwhile the expired token may neither read another state nor lock.
+        assert oidc.request("GET", "/v1/states/prod-other",
                             headers=oidc_basic(token)).status == 401
         assert oidc.request("LOCK", "/v1/states/prod-other", lock_body(),
                             oidc_basic(token)).status == 401
@@ -206,15 +206,40 @@ def test_without_the_grace_the_apply_fails_at_its_final_write(
 
 
 @memory_server
-def test_a_new_state_is_read_before_its_first_write(kilolock_server_factory: ServerFactory,
-                                                    issuer: ThreadedIssuer,
-                                                    tmp_path: Path) -> None:
-    """Terraform reads a state it is about to create before its first write
-    (to find one that appeared meanwhile).  An expired token never reads,
-    so the first apply of a new state whose token expired before any write
-    fails ("requires auth"); its unlock, within the grace, still releases
-    the lock."""
+def test_a_new_states_first_apply_outliving_its_token_saves_it(
+        kilolock_server_factory: ServerFactory, issuer: ThreadedIssuer,
+        tmp_path: Path) -> None:
+    """The first apply of a state that did not exist: the token is valid at
+    LOCK and expired when Terraform reads the state back just before its
+    first write (to find one that appeared meanwhile).  Within the grace
+    the lock holder's read-back is allowed, so the write and the unlock
+    follow: the apply succeeds, the state is stored, the lock released.
+    Afterwards the expired token may not read that state any more."""
     oidc = start(kilolock_server_factory, issuer, tmp_path)
+    token = oidc.token()
+    terraform(oidc, tmp_path, "new", token).init().check()
+    hold = HoldStep(tmp_path / "started", tmp_path / "release")
+    tf = terraform(oidc, tmp_path, "new", token, hold=hold)
+    result = hold_past_expiry(oidc, tf, hold)
+    assert result.rc == 0, result.describe()
+    stored = json.loads(oidc.stored(STATE).body)
+    assert (stored["serial"], stored["outputs"]["generation"]["value"]) == (1, 2)
+    assert lock_of(oidc) is None
+    assert [e["kind"] for e in events(oidc)] == ["lock_acquire", "state_write", "lock_release"]
+    assert oidc.request("GET", f"/v1/states/{STATE}",
+                        headers=oidc_basic(token)).status == 401
+    assert oidc.server.log_text().count("denied=oidc_lock_grace_denied") == 3
+
+
+@memory_server
+def test_without_the_grace_a_new_states_first_apply_fails_at_its_read_back(
+        kilolock_server_factory: ServerFactory, issuer: ThreadedIssuer,
+        tmp_path: Path) -> None:
+    """KL_OIDC_LOCK_GRACE=0: the read-back before a new state's first write
+    is refused (oidc_expired): Terraform prints "failed checking for
+    existing remote state: ... requires auth", saves errored.tfstate, and
+    its unlock is refused too; nothing is stored, the lock stays."""
+    oidc = start(kilolock_server_factory, issuer, tmp_path, KL_OIDC_LOCK_GRACE="0")
     token = oidc.token()
     terraform(oidc, tmp_path, "new", token).init().check()
     hold = HoldStep(tmp_path / "started", tmp_path / "release")
@@ -223,7 +248,9 @@ def test_a_new_state_is_read_before_its_first_write(kilolock_server_factory: Ser
     assert result.rc != 0
     assert ("Error saving state: failed checking for existing remote state: HTTP remote"
             " state endpoint requires auth") in result.flat_output
-    assert lock_of(oidc) is None
+    assert (tf.workdir / "errored.tfstate").exists()
+    assert "denied=oidc_expired" in oidc.server.log_text()
+    assert lock_of(oidc) is not None
     assert oidc.stored(STATE).status == 404
 
 

@@ -110,7 +110,7 @@ def test_refactoring_a_monolith_plans_no_change(server: KilolockServer, tmp_path
 def test_an_operation_lock_stops_terraform_until_it_is_done(
         server: KilolockServer, tmp_path: Path, kl: Callable[..., KlResult]) -> None:
     """While an operation holds its state, Terraform's plan fails to lock it
-    and prints the operation's LockInfo; once the operation is done,
+    and (1.15.5) prints the operation's LockInfo; once the operation is done,
     Terraform plans what it wrote.  A Terraform lock refuses an operation."""
     mono = Root(server, tmp_path, "mono")
     mono.layout("before").apply().check()

@@ -2,16 +2,8 @@
 real listening Kilolock.
 
 Terraform tests its http backend client against a toy server; here the same
-sequences run against Kilolock.  ``GoHttpClient`` is a line-by-line
-transcription of ``httpClient`` in Terraform's
-``internal/backend/remote-state/http/client.go`` (hashicorp/terraform
-883c7221, the code of Terraform 1.15): the same methods, URLs, headers
-(``Content-Type``, ``Content-MD5``, Basic auth), the same framing (an empty
-body is sent chunked, as Go's ``net/http`` does), the same reading of status
-codes and the same retry rule as ``go-retryablehttp`` (connection errors, 429
-and 5xx except 501; the body replayed byte-for-byte).  Only the retry *waits*
-are shortened (``retryablehttp.NewClient()`` waits 1-30 s): the server never
-sees the wait, only the replay.
+sequences run against Kilolock, with ``GoHttpClient`` (``go_http_client``:
+Terraform's ``httpClient``, transcribed, for the release it names).
 
 Each test names the Go test it mirrors and cites its file.  Go tests that
 check client-side configuration only (``TestHTTPClientFactory``,
@@ -25,314 +17,29 @@ and zero bytes), as recorded from Terraform 1.15.5 by test_terraform_e2e.py.
 
 from __future__ import annotations
 
-import base64
-import getpass
-import hashlib
-import http.client
 import itertools
-import json
-import re
-import socket
-import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import pytest
-from attrs import define, evolve, field, frozen
+from attrs import evolve, frozen
 from fixtures_server import Fault, FaultProxy, KilolockServer
+from go_http_client import (
+    ClientError,
+    GoHttpClient,
+    LockError,
+    LockInfo,
+    Payload,
+    full_initial_state_file,
+    go_time_string,
+    new_lock_info,
+    remote_TestClient,
+    remote_TestRemoteLocks,
+)
 from stub_client import content_md5
 
 ProxyFactory = Callable[[int], FaultProxy]
-
-#: Go's time.Time zero value as encoding/json writes it.
-GO_ZERO_TIME = "0001-01-01T00:00:00Z"
-
-# -- statemgr.LockInfo (internal/states/statemgr/locker.go) -------------------
-
-_RFC3339 = re.compile(
-    r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$")
-
-
-@frozen
-class LockInfo:
-    """statemgr.LockInfo; C{marshal} is Go's json.Marshal of it."""
-
-    ID: str = ""
-    Operation: str = ""
-    Info: str = ""
-    Who: str = ""
-    Version: str = ""
-    Created: str = GO_ZERO_TIME
-    Path: str = ""
-
-    def marshal(self) -> bytes:
-        return json.dumps({name: getattr(self, name) for name in
-                           ("ID", "Operation", "Info", "Who", "Version", "Created", "Path")},
-                          separators=(",", ":")).encode()
-
-    @classmethod
-    def unmarshal(cls, body: bytes) -> LockInfo:
-        """Go's json.Unmarshal into a LockInfo: keys matched case-insensitively,
-        unknown keys ignored, C{Created} must be RFC 3339 with a zone."""
-        document = json.loads(body)
-        if not isinstance(document, dict):
-            raise ValueError("not a JSON object")
-        fields = {name.lower(): name for name in
-                  ("ID", "Operation", "Info", "Who", "Version", "Created", "Path")}
-        values: dict[str, str] = {}
-        for key, value in document.items():
-            name = fields.get(key.lower())
-            if name is None:
-                continue
-            if not isinstance(value, str):
-                raise ValueError(f"{name} is not a string")
-            values[name] = value
-        created = values.get("Created", GO_ZERO_TIME)
-        if not _RFC3339.match(created):
-            raise ValueError(f"Created {created!r} is not RFC 3339")
-        return cls(**values)
-
-
-def new_lock_info() -> LockInfo:
-    """statemgr.NewLockInfo(): a random UUID, user@host, now in UTC (RFC 3339
-    with nanoseconds, trailing zeros trimmed, like Go's time.Time JSON)."""
-    nanos = time.time_ns()
-    stamp = datetime.fromtimestamp(nanos // 1_000_000_000, tz=UTC)
-    fraction = f"{nanos % 1_000_000_000:09d}".rstrip("0")
-    created = stamp.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
-    return LockInfo(ID=str(uuid.uuid4()), Who=f"{getpass.getuser()}@{socket.gethostname()}",
-                    Version="1.15.5", Created=created)
-
-
-class LockError(Exception):
-    """statemgr.LockError: the state is locked; C{info} is the holder (or None)."""
-
-    def __init__(self, message: str, info: LockInfo | None = None) -> None:
-        super().__init__(message)
-        self.info = info
-
-
-class ClientError(Exception):
-    """Any other error the Go client returns."""
-
-
-@frozen
-class Payload:
-    data: bytes
-    md5: bytes
-
-
-# -- httpClient (internal/backend/remote-state/http/client.go) -----------------
-
-
-@define
-class GoHttpClient:
-    """httpClient, transcribed; C{retry_max} / C{retry_wait} stand for the
-    retryablehttp.Client (NewClient(): RetryMax 4)."""
-
-    URL: str
-    UpdateMethod: str = ""
-    LockURL: str | None = None
-    LockMethod: str = ""
-    UnlockURL: str | None = None
-    UnlockMethod: str = ""
-    Username: str = ""
-    Password: str = ""
-    retry_max: int = 4
-    retry_wait: float = 0.01
-    lockID: str = ""
-    jsonLockInfo: bytes | None = None
-    #: (method, url, status) of every attempt, for the tests' own assertions.
-    attempts: list[tuple[str, str, int | None]] = field(factory=list)
-
-    def fresh(self) -> GoHttpClient:
-        """A new client with the same configuration (a new Terraform process)."""
-        return evolve(self, lockID="", jsonLockInfo=None, attempts=[])
-
-    def _attempt(self, method: str, url: str, data: bytes | None) -> tuple[int, bytes]:
-        parts = urlsplit(url)
-        target = parts.path + (f"?{parts.query}" if parts.query else "")
-        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
-        try:
-            connection.putrequest(method, target, skip_accept_encoding=True)
-            connection.putheader("User-Agent", "Go-http-client/1.1")
-            if self.Username:
-                token = base64.b64encode(f"{self.Username}:{self.Password}".encode()).decode()
-                connection.putheader("Authorization", f"Basic {token}")
-            if data is not None:
-                connection.putheader("Content-Type", "application/json")
-                connection.putheader("Content-Md5", content_md5(data))
-                if data:
-                    connection.putheader("Content-Length", str(len(data)))
-                else:
-                    # ContentLength 0 with a non-nil body: net/http sends it chunked.
-                    connection.putheader("Transfer-Encoding", "chunked")
-            connection.putheader("Accept-Encoding", "gzip")
-            if data is None:
-                connection.endheaders()
-            elif data:
-                connection.endheaders(data)
-            else:
-                connection.endheaders(b"0\r\n\r\n")
-            response = connection.getresponse()
-            return response.status, response.read()
-        finally:
-            connection.close()
-
-    def httpRequest(self, method: str, url: str, data: bytes | None,
-                    what: str) -> tuple[int, bytes]:
-        """One logical request with retryablehttp's retry rule."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                status, body = self._attempt(method, url, data)
-            except OSError as error:
-                self.attempts.append((method, url, None))
-                if attempt > self.retry_max:
-                    raise ClientError(f"Failed to {what}: giving up after {attempt}"
-                                      f" attempt(s): {error}") from None
-            else:
-                self.attempts.append((method, url, status))
-                retry = status == 429 or (status >= 500 and status != 501)
-                if not retry:
-                    return status, body
-                if attempt > self.retry_max:
-                    raise ClientError(f"Failed to {what}: giving up after {attempt} attempt(s)")
-            time.sleep(self.retry_wait)
-
-    def Lock(self, info: LockInfo) -> str:
-        if self.LockURL is None:
-            return ""
-        self.lockID = ""
-        jsonLockInfo = info.marshal()
-        status, body = self.httpRequest(self.LockMethod, self.LockURL, jsonLockInfo, "lock")
-        if status == 200:
-            self.lockID = info.ID
-            self.jsonLockInfo = jsonLockInfo
-            return info.ID
-        if status == 401:
-            raise ClientError("HTTP remote state endpoint requires auth")
-        if status == 403:
-            raise ClientError("HTTP remote state endpoint invalid auth")
-        if status in (409, 423):
-            try:
-                existing = LockInfo.unmarshal(body)
-            except ValueError:
-                raise LockError("HTTP remote state already locked, failed to unmarshal body"
-                                ) from None
-            raise LockError(f"HTTP remote state already locked: ID={existing.ID}", existing)
-        raise ClientError(f"Unexpected HTTP response code {status}")
-
-    def Unlock(self, id: str) -> None:
-        if self.UnlockURL is None:
-            return
-        # &c.jsonLockInfo is never nil: a client that never locked sends an empty body.
-        status, _ = self.httpRequest(self.UnlockMethod, self.UnlockURL,
-                                     self.jsonLockInfo or b"", "unlock")
-        if status != 200:
-            raise ClientError(f"Unexpected HTTP response code {status}")
-
-    def Get(self) -> Payload | None:
-        status, body = self.httpRequest("GET", self.URL, None, "get state")
-        if status in (204, 404):
-            return None
-        if status == 401:
-            raise ClientError("HTTP remote state endpoint requires auth")
-        if status == 403:
-            raise ClientError("HTTP remote state endpoint invalid auth")
-        if status == 500:
-            raise ClientError("HTTP remote state internal server error")
-        if status != 200:
-            raise ClientError(f"Unexpected HTTP response code {status}")
-        if not body:
-            return None
-        return Payload(body, hashlib.md5(body).digest())
-
-    def Put(self, data: bytes) -> None:
-        url = self.URL
-        if self.lockID:
-            parts = urlsplit(url)
-            query = dict(_parse_query(parts.query))
-            query["ID"] = self.lockID
-            url = urlunsplit(parts._replace(query=urlencode(sorted(query.items()))))
-        method = self.UpdateMethod or "POST"
-        status, _ = self.httpRequest(method, url, data, "upload state")
-        if status not in (200, 201, 204):
-            raise ClientError(f"HTTP error: {status}")
-
-    def Delete(self) -> None:
-        status, _ = self.httpRequest("DELETE", self.URL, None, "delete state")
-        if status != 200:
-            raise ClientError(f"HTTP error: {status}")
-
-
-def _parse_query(query: str) -> list[tuple[str, str]]:
-    from urllib.parse import parse_qsl
-
-    return parse_qsl(query, keep_blank_values=True)
-
-
-# -- remote.TestClient / TestRemoteLocks (internal/states/remote/testing.go) ---
-
-
-def full_initial_state_file(lineage: str = "stub-lineage", serial: int = 2) -> bytes:
-    """statefile.Write(statefile.New(statemgr.TestFullInitialState(), lineage,
-    serial)): a child module's resource with no instances and two root outputs,
-    one sensitive; MarshalIndent with two spaces plus a final newline."""
-    document = {
-        "version": 4,
-        "terraform_version": "1.15.5",
-        "serial": serial,
-        "lineage": lineage,
-        "outputs": {
-            "nonsensitive_output": {"value": "hello, world!", "type": "string"},
-            "sensitive_output": {"value": "it's a secret", "type": "string",
-                                 "sensitive": True},
-        },
-        "resources": [{
-            "module": "module.child",
-            "mode": "managed",
-            "type": "null_resource",
-            "name": "foo",
-            "provider": 'provider["registry.terraform.io/hashicorp/null"]',
-            "instances": [],
-        }],
-        "check_results": None,
-    }
-    return json.dumps(document, indent=2).encode() + b"\n"
-
-
-def remote_TestClient(client: GoHttpClient) -> None:
-    """remote.TestClient: Put, Get equals, Delete, Get nil."""
-    data = full_initial_state_file()
-    client.Put(data)
-    payload = client.Get()
-    assert payload is not None and payload.data == data, "expected the full state back"
-    client.Delete()
-    assert client.Get() is None, "expected empty state after Delete"
-
-
-def remote_TestRemoteLocks(a: GoHttpClient, b: GoHttpClient) -> None:
-    """remote.TestRemoteLocks: A locks, B is refused with a LockError, A
-    unlocks, B locks with a different ID, B unlocks."""
-    infoA = evolve(new_lock_info(), Operation="test", Who="clientA")
-    infoB = evolve(new_lock_info(), Operation="test", Who="clientB")
-
-    lockIDA = a.Lock(infoA)
-    assert lockIDA, "unable to get initial lock"
-    with pytest.raises(LockError) as refused:
-        b.Lock(infoB)
-    assert refused.value.info is not None and lockIDA == refused.value.info.ID
-
-    a.Unlock(lockIDA)
-    lockIDB = b.Lock(infoB)
-    assert lockIDB != lockIDA, f"duplicate lock IDs: {lockIDB!r}"
-    b.Unlock(lockIDB)
-
 
 # -- fixtures -------------------------------------------------------------------
 
@@ -424,6 +131,59 @@ def test_TestHTTPClient_lockErrors(kilolock_server: KilolockServer, state_url: s
     assert refused.value.info.Who == "i-am-the-one-who-locks"
     assert refused.value.info == holder
     assert str(refused.value) == "HTTP remote state already locked: ID=setup-lock-id"
+
+
+#: A holder's LockInfo as Terraform 1.15.5 sends it on LOCK.
+APPLY_HOLDER = LockInfo(ID="3c7e0d2a-6f1b-4a7e-9d55-0c8f2b1a9e10",
+                        Operation="OperationTypeApply", Who="alice@laptop", Version="1.15.5",
+                        Created="2026-11-29T23:05:20.206526015Z")
+
+
+@pytest.mark.parametrize("release", [(1, 15, 5), (1, 11, 4)], ids=["1.15.5", "1.11.4"])
+def test_what_each_release_shows_of_a_lock_conflict(
+        kilolock_server: KilolockServer, state_url: str, release: tuple[int, int, int]) -> None:
+    """Kilolock answers a LOCK of a held state 423 with the holder's
+    LockInfo, byte for byte, whatever the client.  What Terraform makes of
+    it depends on its release (Lock in client.go at v1.15.5 and v1.11.4):
+    from 1.15.0 the "Lock Info:" block is the holder's; before, the first
+    line's ID= is the holder's but the block is the caller's own request
+    (here a plan by bob), so nothing of the holder but its ID is shown."""
+    assert kilolock_server.with_body("LOCK", state_url, APPLY_HOLDER.marshal()).status == 200
+    caller = evolve(new_lock_info(), Operation="OperationTypePlan", Who="bob@ci",
+                    Version=".".join(map(str, release)))
+    conflict = kilolock_server.with_body("LOCK", state_url, caller.marshal())
+    assert (conflict.status, conflict.body) == (423, APPLY_HOLDER.marshal())
+
+    with pytest.raises(LockError) as refused:
+        locking_client(state_url, terraform_version=release).Lock(caller)
+    shown = APPLY_HOLDER if release >= (1, 15, 0) else caller
+    assert refused.value.info == shown
+    assert refused.value.error() == (
+        "HTTP remote state already locked: ID=3c7e0d2a-6f1b-4a7e-9d55-0c8f2b1a9e10\n"
+        "Lock Info:\n"
+        f"  ID:        {shown.ID}\n"
+        "  Path:      \n"
+        f"  Operation: {shown.Operation}\n"
+        f"  Who:       {shown.Who}\n"
+        f"  Version:   {shown.Version}\n"
+        f"  Created:   {go_time_string(shown.Created)}\n"
+        "  Info:      \n")
+    assert ("alice@laptop" in refused.value.error()) is (release >= (1, 15, 0))
+
+
+@pytest.mark.parametrize("release", [(1, 15, 5), (1, 11, 4)], ids=["1.15.5", "1.11.4"])
+def test_a_holder_without_a_time_zone_is_not_shown(
+        kilolock_server: KilolockServer, state_url: str, release: tuple[int, int, int]) -> None:
+    """A holder whose Created carries no time zone (Kilolock only requires
+    an ID) does not parse as Go's LockInfo: "failed to unmarshal body", with
+    no "Lock Info:" from 1.15.0, the caller's own before."""
+    holder = b'{"ID": "zoneless", "Who": "script@host", "Created": "2026-01-02T03:04:05"}'
+    assert kilolock_server.with_body("LOCK", state_url, holder).status == 200
+    caller = new_lock_info()
+    with pytest.raises(LockError) as refused:
+        locking_client(state_url, terraform_version=release).Lock(caller)
+    assert str(refused.value) == "HTTP remote state already locked, failed to unmarshal body"
+    assert refused.value.info == (None if release >= (1, 15, 0) else caller)
 
 
 def test_TestHTTPClient_lockErrors_with_no_id_is_refused(

@@ -168,7 +168,9 @@ def test_destroy_stores_an_empty_state_as_a_new_serial(
 def test_plan_reads_while_another_client_holds_the_lock(
         kilolock_server: KilolockServer, make_terraform: TerraformFactory) -> None:
     """Reads are never refused: `plan -lock=false` succeeds while someone else
-    holds the lock, and a locking `plan` fails naming that holder."""
+    holds the lock, and a locking `plan` fails naming that holder (its ID
+    and Who: Terraform 1.15.5; a release before 1.15.0 prints only the ID,
+    see test_terraform_lock_conflict.py)."""
     tf = make_terraform("main", HttpBackend.for_state(kilolock_server.base_url, "shared"))
     tf.init().check()
     tf.apply().check()
@@ -190,7 +192,8 @@ def test_concurrent_applies_one_wins_and_the_other_shows_the_holder(
         kilolock_server: KilolockServer, proxy: FaultProxy, tmp_path: Path,
         make_terraform: TerraformFactory) -> None:
     """Two applies of one state: the second fails at LOCK, showing the first's
-    lock ID and Who, and never writes; the first completes and unlocks."""
+    lock ID and Who (Terraform 1.15.5), and never writes; the first
+    completes and unlocks."""
     backend = HttpBackend.for_state(proxy.base_url, "contended")
     hold = HoldStep(tmp_path / "a-started", tmp_path / "a-release")
     first = make_terraform("a", backend, hold=hold)

@@ -99,8 +99,13 @@ async def _fetch_keys(http: HTTPGetter, issuer: TrustedIssuer) -> FetchedKeys:
         if not isinstance(discovery, dict) or discovery.get("issuer") != issuer.url:
             raise FetchError(f"{issuer.discovery_url} does not name the issuer {issuer.url}")
         jwks_url = discovery.get("jwks_uri")
-        if not isinstance(jwks_url, str) or url_problem(jwks_url, allow_query=True):
-            raise FetchError(f"{issuer.discovery_url} has no usable https jwks_uri")
+        if not isinstance(jwks_url, str):
+            raise FetchError(f"{issuer.discovery_url} has no jwks_uri")
+        # The rule of a configured jwks_url (and of the issuer's url): https,
+        # or plain http on a loopback host (an issuer served for tests).
+        problem = url_problem(jwks_url, allow_query=True)
+        if problem is not None:
+            raise FetchError(f"{issuer.discovery_url}: its jwks_uri {problem}")
     document, lifetime = await _get_json(http, jwks_url)
     try:
         keys = parse_jwks(document)
@@ -112,8 +117,9 @@ async def _fetch_keys(http: HTTPGetter, issuer: TrustedIssuer) -> FetchedKeys:
 def fetch_keys(http: HTTPGetter, issuer: TrustedIssuer, clock: IReactorTime,
                timeout: float = FETCH_TIMEOUT) -> Deferred[FetchedKeys]:
     """Fetch an issuer's keys: its discovery document (unless it has a
-    C{jwks_url}), which must name the issuer exactly and an https
-    C{jwks_uri}, then the JWKS.
+    C{jwks_url}), which must name the issuer exactly and a C{jwks_uri} that
+    is https (plain http only on a loopback host, as for the issuer's URL),
+    then the JWKS.
 
     @return: a Deferred firing with L{FetchedKeys}, or failing with
         L{FetchError} (or the transport's error, or C{TimeoutError} after

@@ -6,14 +6,20 @@ unlock.  When an OIDC principal takes a lock, the store records the SHA-256
 of the token with it (L{token_digest}).  Afterwards a token that is past its
 C{exp} by at most the grace (L{DEFAULT_GRACE}, never more than L{MAX_GRACE})
 is still verified (signature, issuer, audience: everything but the expiry)
-and may do exactly two things, and only while its lock is held:
+and may do exactly three things, and only while its lock is held:
 
 - write the locked state with the lock's id (C{POST ...?ID=<lock id>});
-- unlock that lock.
+- unlock that lock;
+- read back the locked state (C{GET} of it).  Terraform reads a state it is
+  about to create just before its first write (to find one that appeared
+  meanwhile), with the same password and without naming the lock: without
+  this read the first apply of a new state that outlived its token could
+  not save it.
 
-It may not take a lock, read, or touch any other state; its rules must still
-grant write on the state (a rule removed meanwhile stops it too).  Anything
-else is refused with C{lock_grace_denied}.
+It may not take a lock, read any other state, read after its lock is gone,
+or touch any other state; its rules must still grant what the request does
+(write, or read for the read-back: a rule removed meanwhile stops it too).
+Anything else is refused with C{lock_grace_denied}.
 """
 
 from __future__ import annotations
@@ -57,17 +63,19 @@ class HeldLock:
 
 def finishing_refusal(accepted: Accepted, presented_digest: str, held: HeldLock | None,
                       request_lock_id: str | None, state: str, *,
-                      workspace: str | None = None,
+                      need: Access = Access.WRITE, workspace: str | None = None,
                       environment: str | None = None) -> Refusal | None:
-    """Whether C{accepted} may write or unlock C{state} with this lock id.
+    """Whether C{accepted} may finish its locked work on C{state}: write it
+    or unlock it with this lock id (C{need} write), or read it back (C{need}
+    read: the request names no lock, as Terraform's GET does not).
 
-    A token within its validity only needs a write grant.  An expired one
-    (within the grace) also needs the state's lock to be held, under the id
-    the request gives, by this very token.
+    A token within its validity only needs a grant of C{need}.  An expired
+    one (within the grace) also needs the state's lock to be held by this
+    very token and, to write or unlock, under the id the request gives.
 
     @return: None when allowed, else the refusal."""
     if not accepted.expired:
-        return accepted.check(state, Access.WRITE, workspace=workspace, environment=environment)
+        return accepted.check(state, need, workspace=workspace, environment=environment)
 
     def denied(why: str) -> Refusal:
         return accepted.refusal(Reason.LOCK_GRACE_DENIED, f"expired token: {why}")
@@ -77,8 +85,9 @@ def finishing_refusal(accepted: Accepted, presented_digest: str, held: HeldLock 
     if held.token_digest is None or not hmac.compare_digest(held.token_digest,
                                                             presented_digest):
         return denied("the lock was taken by another credential")
-    if request_lock_id is None or not hmac.compare_digest(held.lock_id.encode(),
-                                                          request_lock_id.encode()):
+    if need is not Access.READ and (
+            request_lock_id is None
+            or not hmac.compare_digest(held.lock_id.encode(), request_lock_id.encode())):
         return denied("the request does not name the held lock")
-    return evolve(accepted, expired=False).check(state, Access.WRITE, workspace=workspace,
+    return evolve(accepted, expired=False).check(state, need, workspace=workspace,
                                                  environment=environment)

@@ -8,8 +8,8 @@ lane (L{kilolock.web.tfe}) and any other lane.  So a CI job's OIDC token
 (L{kilolock.oidc_access}) is decided here for all of them: its tenant (from
 the workspace the state's path names, in hosted mode), its grants on the
 state (read, write, outputs-only), and the lock grace of an expired token
-finishing its own apply (a write fenced by the lock, or the unlock:
-L{Finishing}).
+finishing its own apply (a write fenced by the lock, the unlock, or the
+read-back of the state it holds locked: L{Finishing}).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from kilolock.auth import authenticate
 from kilolock.interfaces import IStateStore
 from kilolock.metrics import Metrics
 from kilolock.model import Principal, StateKey, WriteOutcome
+from kilolock.oidc.policy import Access
 from kilolock.retention import KEEP_EVERYTHING, RetentionPolicy
 from kilolock.scope import check_caller, state_key
 from kilolock.tls import with_client_certificate
@@ -34,12 +35,21 @@ from kilolock.web.request import client_address
 
 @frozen
 class Finishing:
-    """A request that finishes locked work: a write fenced by lock
-    C{lock_id} (C{POST ...?ID=}) or the release of lock C{lock_id}.  An
-    expired CI token may still make it, within the lock grace, if the lock
-    it names is held, and was taken by that very token."""
+    """A request that may finish locked work: a write fenced by lock
+    C{lock_id} (C{POST ...?ID=}) or the release of lock C{lock_id}
+    (C{access} write), or a read of the state (C{access} read, no lock id:
+    Terraform reads back a state it holds locked before its first write).
+    An expired CI token may still make it, within the lock grace, if the
+    state's lock was taken by that very token and, to write or release, is
+    the one the request names."""
 
     lock_id: str | None
+    access: Access = Access.WRITE
+
+
+#: A read of a state, which an expired CI token may make while it holds the
+#: state's lock.
+READ_BACK = Finishing(None, Access.READ)
 
 
 @frozen
@@ -79,8 +89,8 @@ class StateLane:
 
         @param outputs: the request reads only the state's outputs (what an
             C{outputs-only} grant of a CI token allows).
-        @param finishing: the request writes under a lock, or releases one
-            (see L{Finishing}).
+        @param finishing: the request writes under a lock, releases one, or
+            reads a state its caller may hold locked (see L{Finishing}).
         @return: (awaited) the principal (as L{authorize}) and the state's key.
         @raise Unauthorized: (401) missing, unknown or revoked credentials;
             a CI token that is not good (or has expired).
@@ -92,7 +102,8 @@ class StateLane:
         context_of(request).key = key
         oidc = principal.oidc
         if finishing is not None and oidc is not None and oidc.expired:
-            oidc.require_finishing(key.path, await self.store.get_lock(key), finishing.lock_id)
+            oidc.require_finishing(key.path, await self.store.get_lock(key), finishing.lock_id,
+                                   finishing.access)
         return self._as_seen(request, principal), key
 
     async def _login(self, request: Request, segments: Sequence[str] = ()) -> Principal:

@@ -49,7 +49,7 @@ from kilolock.web.body import (
     start_upload_feed,
     unlock_lock_id,
 )
-from kilolock.web.lane import Finishing, StateLane
+from kilolock.web.lane import READ_BACK, Finishing, StateLane
 from kilolock.web.paths import LOCK_SUFFIX
 from kilolock.web.query import query_id
 
@@ -122,7 +122,9 @@ class StateResource(_StateNode):
 
     @render_async
     async def render_GET(self, request: Request) -> Response:
-        _, key = await self.lane.authorize_state(request, self.segments)
+        # Terraform reads back the state it holds locked (before its first
+        # write): a CI token that expired meanwhile may still do that.
+        _, key = await self.lane.authorize_state(request, self.segments, finishing=READ_BACK)
         raw = await self.lane.store.read_current(key)
         if raw is None:
             return Response(404)
