@@ -185,7 +185,8 @@ def test_which_lane_took_a_lock(operation: str, lane: str) -> None:
 
 def test_cancelling_before_the_write_leaves_no_version(site: NativeSite) -> None:
     """Cancelled while held before its write: status cancelled, no version,
-    the locks released; cancelling a finished operation is a 409."""
+    the lock released, the split's new state never created; cancelling a
+    finished operation is a 409."""
     site.holds.hold("writing")
     operation = site.operation({"kind": "split", "state": "mono", "parts": [
         {"module": "module.net", "state": "network"}]}).json()
@@ -196,10 +197,91 @@ def test_cancelling_before_the_write_leaves_no_version(site: NativeSite) -> None
     after = site.read_operation(operation["id"])
     assert after["status"] == "cancelled" and after["result"] is None
     assert len(site.versions("mono")) == 1 and site.current("network") is None
-    for name in ("mono", "network"):
-        assert site.request("GET", f"{NATIVE}/states/{name}/-/lock").json()["locked"] is False
+    assert site.request("GET", f"{NATIVE}/states/mono/-/lock").json()["locked"] is False
+    assert site.request("GET", f"{NATIVE}/states/network").status == 404
     again = site.request("POST", f"{NATIVE}/operations/{operation['id']}/cancel")
     assert (again.status, again.json()["error"]["code"]) == (409, "operation_finished")
+
+
+def _listing(site: NativeSite) -> list[tuple[str, int]]:
+    """The caller's states as the state list shows them: (name, versionCount)."""
+    states = site.request("GET", f"{NATIVE}/states").json()["states"]
+    return [(state["name"], state["versionCount"]) for state in states]
+
+
+def _events(site: NativeSite) -> list[tuple[str, str | None, str | None]]:
+    """The audit trail: (kind, state, the operation a lock event names)."""
+    events = site.request("GET", f"{NATIVE}/events?limit=1000").json()["events"]
+    return [(e["kind"], e["state"], e["detail"].get("operation")) for e in events]
+
+
+@pytest.mark.parametrize(("document", "code"), [
+    ({"kind": "mv", "state": "typo-name", "from": "terraform_data.old",
+      "to": "terraform_data.new"}, "version_not_found"),
+    ({"kind": "rm", "state": "typo-name", "addresses": ["terraform_data.old"]},
+     "version_not_found"),
+    ({"kind": "mv", "state": "typo-name", "from": "terraform_data.old",
+      "to": "terraform_data.old", "toState": "elsewhere"}, "version_not_found"),
+    ({"kind": "split", "state": "typo-name", "parts": [{"module": "module.net",
+                                                        "state": "network"}]},
+     "version_not_found"),
+    ({"kind": "split", "state": "mono", "parts": [{"module": "module.ghost",
+                                                   "state": "network"}]},
+     "address_not_in_state"),
+    ({"kind": "mv", "state": "mono", "from": "terraform_data.ghost",
+      "to": "terraform_data.ghost", "toState": "network"}, "address_not_in_state"),
+    ({"kind": "import", "state": "fresh", "stateFile": "{\"version\": 4}"}, "invalid_state"),
+])
+def test_a_refused_operation_leaves_no_state_behind(site: NativeSite, document: Any,
+                                                    code: str) -> None:
+    """An operation that fails while it runs creates no state: the state
+    list is exactly as before (no empty record of a misspelt state, of a
+    split's or a move's new state), and the audit trail gains only the
+    lock events of the states that existed (naming the operation), no
+    event of a state that did not."""
+    listed, before = _listing(site), _events(site)
+    operation = started(site, document)
+    assert (operation["status"], operation["error"]["code"]) == ("failed", code), operation
+    assert _listing(site) == listed == [("mono", 1)]
+    name = f"kl state {document['kind']} ({operation['id']})"
+    existing = [("lock_acquire", "mono", name), ("lock_release", "mono", None)]
+    mono_named = document["state"] == "mono"
+    assert _events(site)[len(before):] == (existing if mono_named else [])
+    assert [lock["state"] for lock in operation["locks"]] == (["mono"] if mono_named else [])
+
+
+def test_a_state_written_while_the_operation_ran_refuses_its_write(
+        site: NativeSite) -> None:
+    """A split's new state (not locked: it did not exist) that Terraform
+    writes while the split runs: the split fails (state_exists) writing
+    nothing; Terraform's version stays; the source is unchanged."""
+    site.holds.hold("writing")
+    operation = site.operation({"kind": "split", "state": "mono", "parts": [
+        {"module": "module.net", "state": "network"}]}).json()
+    assert site.put_state("network", state_body(1)).status == 200
+    site.holds.release()
+    failed = site.read_operation(operation["id"])
+    assert (failed["status"], failed["error"]["code"]) == ("failed", "state_exists")
+    assert site.current("network") == state_body(1) and site.current("mono") == MONOLITH
+    assert _listing(site) == [("mono", 1), ("network", 1)]
+
+
+def test_a_lock_taken_on_a_new_state_while_the_operation_ran_refuses_its_write(
+        site: NativeSite) -> None:
+    """A move's new destination that Terraform locks while the move runs:
+    the move fails (locked, naming Terraform's lock) writing nothing, and
+    Terraform's lock stays."""
+    site.holds.hold("writing")
+    operation = site.operation({"kind": "mv", "state": "mono", "from": "module.net",
+                                "to": "module.net", "toState": "network"}).json()
+    held = lock_body("terraform-init")
+    assert site.lock("network", held).status == 200
+    site.holds.release()
+    failed = site.read_operation(operation["id"])
+    assert (failed["status"], failed["error"]["code"]) == ("failed", "locked")
+    assert failed["error"]["lock"]["ID"] == "terraform-init"
+    assert site.current("network") is None and site.current("mono") == MONOLITH
+    assert site.lock("network", lock_body("probe")).body == held
 
 
 def test_a_failure_between_the_two_writes_writes_neither(site: NativeSite,
