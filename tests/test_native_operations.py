@@ -341,6 +341,14 @@ def test_an_abandoned_operation_fails_and_frees_its_locks(site: NativeSite) -> N
     ({"kind": "rm", "state": "mono", "addresses": ["a.b"], "extra": 1}, "extra"),
     ({"kind": "split", "state": "mono", "parts": [{"module": "module.a", "state": "mono"}]},
      "parts[0].state"),
+    ({"kind": "split", "state": "mono", "parts": [{"module": "terraform_data.old",
+                                                   "state": "new"}]}, "parts[0].module"),
+    ({"kind": "split", "state": "mono", "parts": [{"module": "module.net", "state": "a"},
+                                                  {"module": "terraform_data.items[0]",
+                                                   "state": "b"}]}, "parts[1].module"),
+    ({"kind": "split", "state": "mono", "parts": [{"module": "module.net", "state": "a",
+                                                   "to": "terraform_data.x"}]},
+     "parts[0].to"),
     ({"kind": "split", "state": "mono", "parts": [{"module": "module.a", "state": "x"},
                                                   {"module": "module.a.module.b",
                                                    "state": "y"}]}, "parts[1].module"),
@@ -353,11 +361,14 @@ def test_an_abandoned_operation_fails_and_frees_its_locks(site: NativeSite) -> N
     ([], "body"),
 ])
 def test_bad_requests_name_the_field(site: NativeSite, document: Any, field: str) -> None:
-    """Every refused request is a 400 naming the field, and starts nothing."""
+    """Every refused request is a 400 naming the field, and starts nothing:
+    no operation, no lock event, no state."""
+    events = _events(site)
     reply = site.operation(document)
     assert reply.status == 400, reply
     assert reply.json()["error"]["field"] == field
     assert len(site.versions("mono")) == 1
+    assert _events(site) == events and _listing(site) == [("mono", 1)]
 
 
 def test_who_may_start_and_read_operations(site: NativeSite) -> None:

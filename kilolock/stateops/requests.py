@@ -187,6 +187,10 @@ def _parts(document: dict[str, Any], state: str) -> tuple[SplitPart, ...]:
         if not isinstance(value, dict) or set(value) - {"module", "state", "to"}:
             raise InvalidField(field, 'a part is {"module": ..., "state": ..., "to": ...}')
         module = _address(value, "module")
+        if not module.is_module:
+            raise InvalidField(f"{field}.module", "a part names a module (module.NAME, with"
+                               " everything below it); a resource goes to another state"
+                               " with mv and toState")
         target = _state(value, "state")
         if target == state:
             raise InvalidField(f"{field}.state", "a part goes to another state")
