@@ -20,14 +20,17 @@ from native_support import MONOLITH, NATIVE, PRINCIPALS, NativeSite, fired
 from stub_client import lock_body, state_body
 from twisted.internet import task
 
+from kilolock.errors import KilolockError
 from kilolock.model import LockInfo, StateKey
 from kilolock.stateops.model import RUNNING, OperationRecord, Owner
+from kilolock.stateops.requests import parse_operation
 from kilolock.stateops.runner import (
     LEASE_SECONDS,
     RENEW_SECONDS,
     OperationRunner,
     operation_lock,
 )
+from kilolock.text_rules import MAX_JSON_DEPTH
 from kilolock.tfe.locks import lane_of
 from kilolock.tfstate import parse_state
 
@@ -403,6 +406,100 @@ def test_any_body_is_an_answer_never_a_500(body: bytes) -> None:
     assert reply.status in (202, 400, 403, 404, 409), reply
     if reply.status == 202:
         assert site.read_operation(reply.json()["id"])["status"] in ("succeeded", "failed")
+
+
+#: Any character, NUL and unpaired surrogates included.
+_ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=12)
+_MEMBERS = ["kind", "state", "from", "to", "toState", "addresses", "parts", "module",
+            "stateFile", "upload", "force", "x"]
+_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), _ANY_TEXT,
+              st.sampled_from(["rm", "mv", "split", "import", "mono", "module.net",
+                               "terraform_data.old", "a.b["])),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.one_of(st.sampled_from(_MEMBERS), _ANY_TEXT),
+                                            inner, max_size=5)),
+    max_leaves=20)
+_TEXT_RULES = {"too_deep", "not_finite", "nul_character", "invalid_unicode", "too_long"}
+
+
+def _finite(document: Any) -> bool:
+    """Whether JSON can write C{document} without NaN or Infinity."""
+    try:
+        json.dumps(document, allow_nan=False)
+    except ValueError:
+        return False
+    return True
+
+
+def _operation_case(document: Any, depth: int) -> tuple[bytes, tuple[str, str] | None]:
+    """C{document} as JSON (NaN, Infinity and unpaired surrogates written as
+    Python writes them) and, when it is an object and C{depth} passes the
+    limit, the refusal it must get: its last member C{x} nests C{depth}
+    levels, and is checked first (after the numbers, which decoding checks)."""
+    if not isinstance(document, dict) or depth + 1 <= MAX_JSON_DEPTH:
+        return json.dumps(document).encode(), None
+    members = {k: v for k, v in document.items() if k != "x"}
+    members["x"] = json.loads("[" * depth + "]" * depth)
+    expected = ("too_deep", "x") if _finite(document) else ("not_finite", "body")
+    return json.dumps(members).encode(), expected
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(
+    st.binary(max_size=100).map(lambda raw: (raw, None)),
+    st.tuples(st.one_of(_VALUES, st.dictionaries(st.sampled_from(_MEMBERS), _VALUES,
+                                                 max_size=6)),
+              st.sampled_from([0, 0, 0, MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, 700])).map(
+        lambda pair: _operation_case(*pair))))
+def test_the_operation_parser_answers_a_4xx_naming_the_rule(
+        case: tuple[bytes, tuple[str, str] | None]) -> None:
+    """parse_operation, on any bytes or JSON (NUL, unpaired surrogates,
+    non-finite numbers, nesting past the limit): a request, or a 400 that
+    names its rule -- a text rule's own code, or invalid_field with the
+    field -- never another exception.  A body nesting past the limit is
+    too_deep, naming the member."""
+    body, expected = case
+    try:
+        parse_operation(body)
+    except KilolockError as error:
+        assert error.status == 400, error
+        if error.code == "invalid_field":
+            assert error.details()["field"], error
+        else:
+            assert error.code in _TEXT_RULES, error
+        if expected is not None:
+            assert (error.code, error.details().get("field")) == expected
+    else:
+        assert expected is None
+
+
+@pytest.mark.parametrize(("body", "code", "field"), [
+    (b'{"kind": "rm", "state": "mo\\u0000no", "addresses": ["a.b"]}', "nul_character",
+     "state"),
+    (b'{"kind": "rm", "state": "mono", "addresses": ["a\\u0000.b"]}', "nul_character",
+     "addresses"),
+    (b'{"kind": "rm", "state": "mono", "addresses": ["a.b"], "x": ' + b"[" * 600
+     + b"]" * 600 + b"}", "too_deep", "x"),
+    (b'{"kind": "mv", "state": "mono", "from": "a.b", "to": "a.c", "toState": "\\ud800"}',
+     "invalid_unicode", "toState"),
+    (b'{"kind": "import", "state": "mono", "stateFile": "{}", "force": 1e400}', "not_finite",
+     "force"),
+    (b'{"kind": "import", "state": "mono", "stateFile": "{}", "force": NaN}', "not_finite",
+     "body"),
+    (b'{"kind": "rm", "state": "mono", "addresses": ["a.b"]}\xff', "invalid_unicode", "body"),
+])
+def test_text_rules_on_operation_bodies(site: NativeSite, body: bytes, code: str,
+                                        field: str) -> None:
+    """An operation body breaking a text rule is a 400 with the rule's code
+    naming the member (as every JSON body of every lane), starting nothing."""
+    events = _events(site)
+    reply = site.request("POST", f"{NATIVE}/operations", body,
+                         headers={"Content-Type": "application/json"})
+    assert reply.status == 400, reply
+    error = reply.json()["error"]
+    assert (error["code"], error.get("field")) == (code, field), error
+    assert _events(site) == events and _listing(site) == [("mono", 1)]
 
 
 def test_a_running_operation_renews_its_lease() -> None:

@@ -196,6 +196,27 @@ def test_declarations_and_limits() -> None:
         "state": "s", "size": 1, "sha256": digest}, "reader").status == 403
 
 
+@pytest.mark.parametrize(("body", "code", "field"), [
+    (b'{"state": "s\\u0000", "size": 1, "sha256": "00"}', "nul_character", "state"),
+    (b'{"state": "s", "size": 1, "sha256": "00", "x": ' + b"[" * 600 + b"]" * 600 + b"}",
+     "too_deep", "x"),
+    (b'{"state": "s", "size": 1e400, "sha256": "00"}', "not_finite", "size"),
+    (b'{"state": "\\udc00", "size": 1, "sha256": "00"}', "invalid_unicode", "state"),
+])
+def test_text_rules_on_upload_declarations(body: bytes, code: str, field: str) -> None:
+    """An opening breaking a text rule is a 400 with the rule's code naming
+    the member (as every JSON body of every lane); no session is opened."""
+    site = NativeSite()
+    reply = site.request("POST", f"{NATIVE}/uploads", body,
+                         headers={"Content-Type": "application/json"})
+    error = reply.json()["error"]
+    assert (reply.status, error["code"], error.get("field")) == (400, code, field), error
+    digest = hashlib.sha256(b"x").hexdigest()
+    for _ in range(4):  # every place is still free
+        assert site.json("POST", f"{NATIVE}/uploads", {
+            "state": "s", "size": 1, "sha256": digest}).status == 201
+
+
 def test_an_upload_imported_by_an_operation() -> None:
     """A complete session feeds an import operation (then it is consumed)."""
     site = NativeSite()
