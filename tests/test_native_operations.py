@@ -102,6 +102,31 @@ def test_remove_split_and_move_between_states(site: NativeSite) -> None:
     assert mono is not None and not any(r.name == "items" for r in mono.resources)
 
 
+@pytest.mark.parametrize(("token", "state", "to_state"), [
+    ("ann", "mono", "mono"),
+    ("scoped", "mono", "ws_a/env_1/mono"),
+    ("scoped", "ws_a/env_1/mono", "mono"),
+])
+def test_a_move_into_its_own_state_is_a_move_within_it(token: str, state: str,
+                                                       to_state: str) -> None:
+    """toState naming the source state itself -- spelt the same, or as its
+    one-segment name in a scoped token's workspace/environment and its full
+    path -- is a move within that state (kl state mv S A B --to-state S is
+    kl state mv S A B): one version, one lock, nothing created."""
+    site = NativeSite()
+    assert site.put_state("mono", MONOLITH, token=token).status == 200
+    operation = started(site, {"kind": "mv", "state": state, "from": "terraform_data.old",
+                               "to": "terraform_data.renamed", "toState": to_state}, token)
+    assert operation["status"] == "succeeded", operation
+    assert operation["request"]["toState"] is None
+    assert operation["result"]["moved"] == [{"from": "terraform_data.old",
+                                             "to": "terraform_data.renamed"}]
+    assert [version["number"] for version in operation["result"]["versions"]] == [2]
+    assert len(operation["locks"]) == 1 and "created" not in operation["result"]
+    assert [name for name, _ in _listing(site, token)] == [
+        operation["request"]["state"]]
+
+
 def test_import_a_state_file(site: NativeSite) -> None:
     """import: the file as the next version (its serial raised above the
     current one when it is not); an older serial or an unrelated lineage is
@@ -206,9 +231,9 @@ def test_cancelling_before_the_write_leaves_no_version(site: NativeSite) -> None
     assert (again.status, again.json()["error"]["code"]) == (409, "operation_finished")
 
 
-def _listing(site: NativeSite) -> list[tuple[str, int]]:
+def _listing(site: NativeSite, token: str = "ann") -> list[tuple[str, int]]:
     """The caller's states as the state list shows them: (name, versionCount)."""
-    states = site.request("GET", f"{NATIVE}/states").json()["states"]
+    states = site.request("GET", f"{NATIVE}/states", token=token).json()["states"]
     return [(state["name"], state["versionCount"]) for state in states]
 
 

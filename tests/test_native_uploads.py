@@ -233,6 +233,27 @@ def test_an_upload_imported_by_an_operation() -> None:
     assert (wrong.status, wrong.json()["error"]["field"]) == (400, "upload")
 
 
+def test_an_import_of_anothers_upload_is_answered_as_an_unknown_one() -> None:
+    """An import naming a complete upload session of another principal of
+    the tenant, or of another tenant, is refused (400 invalid_field on
+    upload) with the very bytes of an id nobody opened: handles are owned,
+    and an answer never says whose they are.  The session stays its
+    owner's, who imports it."""
+    site = NativeSite()
+    for owner, state in (("bob", "imported"), ("gus", "imported")):
+        session = open_session(site, MONOLITH, state=state, token=owner)
+        assert put(site, session["id"], 0, MONOLITH, token=owner).status == 200
+        document = {"kind": "import", "state": "imported", "upload": session["id"]}
+        theirs = site.operation(document)
+        unknown = site.operation({**document, "upload": "up_" + "0" * 24})
+        assert (theirs.status, theirs.body) == (400, unknown.body)
+        assert unknown.json()["error"]["field"] == "upload"
+        assert site.current("imported", token=owner) is None
+        mine = site.operation(document, token=owner)
+        assert site.read_operation(mine.json()["id"], owner)["status"] == "succeeded"
+        assert site.current("imported", token=owner) == MONOLITH
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_any_chunking_in_any_order_commits_the_bytes(data: st.DataObject) -> None:

@@ -10,8 +10,10 @@ C{WORKSPACE_ID/ENV_PUBLIC_ID/NAME}), and per kind::
     {"kind": "import", "state": S, "stateFile": TEXT, "force": false}
     {"kind": "import", "state": S, "upload": UPLOAD_ID, "force": false}
 
-(C{toState} is optional: without it a move stays in its state; a part's
-C{to} defaults to its C{module}, C{""} being the root module.)  The body
+(C{toState} is optional: without it, or naming the state itself however
+spelt, a move stays in its state -- decided where the names are resolved,
+L{kilolock.web.native.operations}; a part's C{to} defaults to its
+C{module}, C{""} being the root module.)  The body
 is read under the text rules of every JSON body (L{kilolock.text_rules}).
 Addresses are Terraform's (L{kilolock.tfaddress}); moves are checked by
 L{kilolock.state_moves.check_move}.  Every problem is a 400 naming the field;
@@ -137,7 +139,7 @@ def parse_operation(body: bytes) -> OperationRequest:
         from_, to = _address(document, "from"), _address(document, "to")
         _check(from_, to, "to")
         to_state = _state(document, "toState") if document.get("toState") is not None else None
-        return MoveRequest(state, from_, to, None if to_state == state else to_state)
+        return MoveRequest(state, from_, to, to_state)
     if kind == "split":
         return SplitRequest(state, _parts(document, state))
     return _import(document, state)
