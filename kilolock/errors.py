@@ -208,6 +208,14 @@ class EncryptedState(Conflict):
     code = "encrypted_state"
 
 
+class StateExists(Conflict):
+    """A state that must have no version yet has one: a split's new state,
+    or a state an operation found without a version and that got one
+    before the operation wrote it."""
+
+    code = "state_exists"
+
+
 class VersionTooDeep(Conflict):
     """A stored version nests deeper than the server reads (stored before
     the nesting rule of L{kilolock.text_rules}): its bytes can be fetched,

@@ -24,7 +24,12 @@ when the new name is exact -- the whole resource, or the whole module,
 moved to a new address and no instance key is involved (C{module.a} to
 C{module.b}: C{module.a.terraform_data.x} becomes
 C{module.b.terraform_data.x}) -- and empties them, as Terraform does,
-otherwise.  C{check_results} are kept as Terraform keeps them (the next
+otherwise (a dependency names a resource, never a key).  Between two
+states only the destination's lists are touched, as with Terraform's
+C{-state-out}: the source's entries naming what left, and the moved
+instances' entries naming what stayed, are kept (Terraform orders destroys
+by them only against resources in the same run, and its next apply records
+them again).  C{check_results} are kept as Terraform keeps them (the next
 plan records them again).
 
 L{remove} follows C{state rm}: every instance an address contains goes

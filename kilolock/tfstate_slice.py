@@ -30,7 +30,7 @@ from typing import Any
 
 from attrs import define, field, frozen
 
-from kilolock.errors import BadRequest
+from kilolock.errors import BadRequest, InvalidField
 from kilolock.statediff import output_document
 from kilolock.tfaddress import InvalidAddress, ModuleStep, Target, parse_module_path
 from kilolock.tfstate_projection import StreamedResources, project_state
@@ -53,7 +53,8 @@ class Selector:
             raise BadRequest("name what to fetch: module, type, address or outputs")
         for module in self.modules:
             if not module.is_module:
-                raise BadRequest(f"module: {module} is not a module address (module.NAME)")
+                raise InvalidField("module", f"module: {module} is not a module address"
+                                             " (module.NAME)")
 
     @property
     def selects_resources(self) -> bool:

@@ -110,3 +110,25 @@ def test_issued_tokens_on_the_native_lane(kl: Callable[..., KlResult], tmp_path:
     kl("tokens", "revoke", "acme", writer["id"]).check()
     revoked = kl("states", token=writer["token_secret"])
     assert revoked.code == EXIT_REFUSED and "[401 unauthorized]" in revoked.err
+
+
+def test_refused_operations_leave_the_workspace_deletable(kl: Callable[..., KlResult],
+                                                          hosted: HostedServer) -> None:
+    """State operations refused while they run (a misspelt state, a split or
+    a move into a new state of something that is not there) create no
+    state: the tenant's state list stays empty and the workspace is deleted
+    (not 409 not_empty)."""
+    kl("tenants", "create", "acme").check()
+    hosted.control.ok("POST", "/tenants/acme/workspaces", {"name": "scratch"}, 201)
+    writer = issue(kl, "acme", "ci", "--workspace", "scratch")
+    secret = writer["token_secret"]
+    assert kl("state", "mv", "typo-name", "terraform_data.a", "terraform_data.b",
+              token=secret).code == EXIT_NOT_FOUND
+    assert kl("state", "split", "typo-name", "module.net=network",
+              token=secret).code == EXIT_NOT_FOUND
+    assert kl("state", "mv", "typo-name", "terraform_data.a", "terraform_data.a",
+              "--to-state", "other", token=secret).code == EXIT_NOT_FOUND
+    assert kl("--json", "states", token=secret).check().json()["states"] == []
+    assert kl("--json", "tenants", "show", "acme").check().json()["state_count"] == 0
+    deleted = hosted.control.call("DELETE", "/tenants/acme/workspaces/scratch")
+    assert deleted.status == 200, deleted

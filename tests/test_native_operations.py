@@ -20,14 +20,17 @@ from native_support import MONOLITH, NATIVE, PRINCIPALS, NativeSite, fired
 from stub_client import lock_body, state_body
 from twisted.internet import task
 
+from kilolock.errors import KilolockError
 from kilolock.model import LockInfo, StateKey
 from kilolock.stateops.model import RUNNING, OperationRecord, Owner
+from kilolock.stateops.requests import parse_operation
 from kilolock.stateops.runner import (
     LEASE_SECONDS,
     RENEW_SECONDS,
     OperationRunner,
     operation_lock,
 )
+from kilolock.text_rules import MAX_JSON_DEPTH
 from kilolock.tfe.locks import lane_of
 from kilolock.tfstate import parse_state
 
@@ -97,6 +100,31 @@ def test_remove_split_and_move_between_states(site: NativeSite) -> None:
         "terraform_data.items[2]"]
     mono = parse_state(site.current("mono") or b"").projection
     assert mono is not None and not any(r.name == "items" for r in mono.resources)
+
+
+@pytest.mark.parametrize(("token", "state", "to_state"), [
+    ("ann", "mono", "mono"),
+    ("scoped", "mono", "ws_a/env_1/mono"),
+    ("scoped", "ws_a/env_1/mono", "mono"),
+])
+def test_a_move_into_its_own_state_is_a_move_within_it(token: str, state: str,
+                                                       to_state: str) -> None:
+    """toState naming the source state itself -- spelt the same, or as its
+    one-segment name in a scoped token's workspace/environment and its full
+    path -- is a move within that state (kl state mv S A B --to-state S is
+    kl state mv S A B): one version, one lock, nothing created."""
+    site = NativeSite()
+    assert site.put_state("mono", MONOLITH, token=token).status == 200
+    operation = started(site, {"kind": "mv", "state": state, "from": "terraform_data.old",
+                               "to": "terraform_data.renamed", "toState": to_state}, token)
+    assert operation["status"] == "succeeded", operation
+    assert operation["request"]["toState"] is None
+    assert operation["result"]["moved"] == [{"from": "terraform_data.old",
+                                             "to": "terraform_data.renamed"}]
+    assert [version["number"] for version in operation["result"]["versions"]] == [2]
+    assert len(operation["locks"]) == 1 and "created" not in operation["result"]
+    assert [name for name, _ in _listing(site, token)] == [
+        operation["request"]["state"]]
 
 
 def test_import_a_state_file(site: NativeSite) -> None:
@@ -185,7 +213,8 @@ def test_which_lane_took_a_lock(operation: str, lane: str) -> None:
 
 def test_cancelling_before_the_write_leaves_no_version(site: NativeSite) -> None:
     """Cancelled while held before its write: status cancelled, no version,
-    the locks released; cancelling a finished operation is a 409."""
+    the lock released, the split's new state never created; cancelling a
+    finished operation is a 409."""
     site.holds.hold("writing")
     operation = site.operation({"kind": "split", "state": "mono", "parts": [
         {"module": "module.net", "state": "network"}]}).json()
@@ -196,10 +225,91 @@ def test_cancelling_before_the_write_leaves_no_version(site: NativeSite) -> None
     after = site.read_operation(operation["id"])
     assert after["status"] == "cancelled" and after["result"] is None
     assert len(site.versions("mono")) == 1 and site.current("network") is None
-    for name in ("mono", "network"):
-        assert site.request("GET", f"{NATIVE}/states/{name}/-/lock").json()["locked"] is False
+    assert site.request("GET", f"{NATIVE}/states/mono/-/lock").json()["locked"] is False
+    assert site.request("GET", f"{NATIVE}/states/network").status == 404
     again = site.request("POST", f"{NATIVE}/operations/{operation['id']}/cancel")
     assert (again.status, again.json()["error"]["code"]) == (409, "operation_finished")
+
+
+def _listing(site: NativeSite, token: str = "ann") -> list[tuple[str, int]]:
+    """The caller's states as the state list shows them: (name, versionCount)."""
+    states = site.request("GET", f"{NATIVE}/states", token=token).json()["states"]
+    return [(state["name"], state["versionCount"]) for state in states]
+
+
+def _events(site: NativeSite) -> list[tuple[str, str | None, str | None]]:
+    """The audit trail: (kind, state, the operation a lock event names)."""
+    events = site.request("GET", f"{NATIVE}/events?limit=1000").json()["events"]
+    return [(e["kind"], e["state"], e["detail"].get("operation")) for e in events]
+
+
+@pytest.mark.parametrize(("document", "code"), [
+    ({"kind": "mv", "state": "typo-name", "from": "terraform_data.old",
+      "to": "terraform_data.new"}, "version_not_found"),
+    ({"kind": "rm", "state": "typo-name", "addresses": ["terraform_data.old"]},
+     "version_not_found"),
+    ({"kind": "mv", "state": "typo-name", "from": "terraform_data.old",
+      "to": "terraform_data.old", "toState": "elsewhere"}, "version_not_found"),
+    ({"kind": "split", "state": "typo-name", "parts": [{"module": "module.net",
+                                                        "state": "network"}]},
+     "version_not_found"),
+    ({"kind": "split", "state": "mono", "parts": [{"module": "module.ghost",
+                                                   "state": "network"}]},
+     "address_not_in_state"),
+    ({"kind": "mv", "state": "mono", "from": "terraform_data.ghost",
+      "to": "terraform_data.ghost", "toState": "network"}, "address_not_in_state"),
+    ({"kind": "import", "state": "fresh", "stateFile": "{\"version\": 4}"}, "invalid_state"),
+])
+def test_a_refused_operation_leaves_no_state_behind(site: NativeSite, document: Any,
+                                                    code: str) -> None:
+    """An operation that fails while it runs creates no state: the state
+    list is exactly as before (no empty record of a misspelt state, of a
+    split's or a move's new state), and the audit trail gains only the
+    lock events of the states that existed (naming the operation), no
+    event of a state that did not."""
+    listed, before = _listing(site), _events(site)
+    operation = started(site, document)
+    assert (operation["status"], operation["error"]["code"]) == ("failed", code), operation
+    assert _listing(site) == listed == [("mono", 1)]
+    name = f"kl state {document['kind']} ({operation['id']})"
+    existing = [("lock_acquire", "mono", name), ("lock_release", "mono", None)]
+    mono_named = document["state"] == "mono"
+    assert _events(site)[len(before):] == (existing if mono_named else [])
+    assert [lock["state"] for lock in operation["locks"]] == (["mono"] if mono_named else [])
+
+
+def test_a_state_written_while_the_operation_ran_refuses_its_write(
+        site: NativeSite) -> None:
+    """A split's new state (not locked: it did not exist) that Terraform
+    writes while the split runs: the split fails (state_exists) writing
+    nothing; Terraform's version stays; the source is unchanged."""
+    site.holds.hold("writing")
+    operation = site.operation({"kind": "split", "state": "mono", "parts": [
+        {"module": "module.net", "state": "network"}]}).json()
+    assert site.put_state("network", state_body(1)).status == 200
+    site.holds.release()
+    failed = site.read_operation(operation["id"])
+    assert (failed["status"], failed["error"]["code"]) == ("failed", "state_exists")
+    assert site.current("network") == state_body(1) and site.current("mono") == MONOLITH
+    assert _listing(site) == [("mono", 1), ("network", 1)]
+
+
+def test_a_lock_taken_on_a_new_state_while_the_operation_ran_refuses_its_write(
+        site: NativeSite) -> None:
+    """A move's new destination that Terraform locks while the move runs:
+    the move fails (locked, naming Terraform's lock) writing nothing, and
+    Terraform's lock stays."""
+    site.holds.hold("writing")
+    operation = site.operation({"kind": "mv", "state": "mono", "from": "module.net",
+                                "to": "module.net", "toState": "network"}).json()
+    held = lock_body("terraform-init")
+    assert site.lock("network", held).status == 200
+    site.holds.release()
+    failed = site.read_operation(operation["id"])
+    assert (failed["status"], failed["error"]["code"]) == ("failed", "locked")
+    assert failed["error"]["lock"]["ID"] == "terraform-init"
+    assert site.current("network") is None and site.current("mono") == MONOLITH
+    assert site.lock("network", lock_body("probe")).body == held
 
 
 def test_a_failure_between_the_two_writes_writes_neither(site: NativeSite,
@@ -259,6 +369,14 @@ def test_an_abandoned_operation_fails_and_frees_its_locks(site: NativeSite) -> N
     ({"kind": "rm", "state": "mono", "addresses": ["a.b"], "extra": 1}, "extra"),
     ({"kind": "split", "state": "mono", "parts": [{"module": "module.a", "state": "mono"}]},
      "parts[0].state"),
+    ({"kind": "split", "state": "mono", "parts": [{"module": "terraform_data.old",
+                                                   "state": "new"}]}, "parts[0].module"),
+    ({"kind": "split", "state": "mono", "parts": [{"module": "module.net", "state": "a"},
+                                                  {"module": "terraform_data.items[0]",
+                                                   "state": "b"}]}, "parts[1].module"),
+    ({"kind": "split", "state": "mono", "parts": [{"module": "module.net", "state": "a",
+                                                   "to": "terraform_data.x"}]},
+     "parts[0].to"),
     ({"kind": "split", "state": "mono", "parts": [{"module": "module.a", "state": "x"},
                                                   {"module": "module.a.module.b",
                                                    "state": "y"}]}, "parts[1].module"),
@@ -271,11 +389,14 @@ def test_an_abandoned_operation_fails_and_frees_its_locks(site: NativeSite) -> N
     ([], "body"),
 ])
 def test_bad_requests_name_the_field(site: NativeSite, document: Any, field: str) -> None:
-    """Every refused request is a 400 naming the field, and starts nothing."""
+    """Every refused request is a 400 naming the field, and starts nothing:
+    no operation, no lock event, no state."""
+    events = _events(site)
     reply = site.operation(document)
     assert reply.status == 400, reply
     assert reply.json()["error"]["field"] == field
     assert len(site.versions("mono")) == 1
+    assert _events(site) == events and _listing(site) == [("mono", 1)]
 
 
 def test_who_may_start_and_read_operations(site: NativeSite) -> None:
@@ -310,6 +431,100 @@ def test_any_body_is_an_answer_never_a_500(body: bytes) -> None:
     assert reply.status in (202, 400, 403, 404, 409), reply
     if reply.status == 202:
         assert site.read_operation(reply.json()["id"])["status"] in ("succeeded", "failed")
+
+
+#: Any character, NUL and unpaired surrogates included.
+_ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=12)
+_MEMBERS = ["kind", "state", "from", "to", "toState", "addresses", "parts", "module",
+            "stateFile", "upload", "force", "x"]
+_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), _ANY_TEXT,
+              st.sampled_from(["rm", "mv", "split", "import", "mono", "module.net",
+                               "terraform_data.old", "a.b["])),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.one_of(st.sampled_from(_MEMBERS), _ANY_TEXT),
+                                            inner, max_size=5)),
+    max_leaves=20)
+_TEXT_RULES = {"too_deep", "not_finite", "nul_character", "invalid_unicode", "too_long"}
+
+
+def _finite(document: Any) -> bool:
+    """Whether JSON can write C{document} without NaN or Infinity."""
+    try:
+        json.dumps(document, allow_nan=False)
+    except ValueError:
+        return False
+    return True
+
+
+def _operation_case(document: Any, depth: int) -> tuple[bytes, tuple[str, str] | None]:
+    """C{document} as JSON (NaN, Infinity and unpaired surrogates written as
+    Python writes them) and, when it is an object and C{depth} passes the
+    limit, the refusal it must get: its last member C{x} nests C{depth}
+    levels, and is checked first (after the numbers, which decoding checks)."""
+    if not isinstance(document, dict) or depth + 1 <= MAX_JSON_DEPTH:
+        return json.dumps(document).encode(), None
+    members = {k: v for k, v in document.items() if k != "x"}
+    members["x"] = json.loads("[" * depth + "]" * depth)
+    expected = ("too_deep", "x") if _finite(document) else ("not_finite", "body")
+    return json.dumps(members).encode(), expected
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(
+    st.binary(max_size=100).map(lambda raw: (raw, None)),
+    st.tuples(st.one_of(_VALUES, st.dictionaries(st.sampled_from(_MEMBERS), _VALUES,
+                                                 max_size=6)),
+              st.sampled_from([0, 0, 0, MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, 700])).map(
+        lambda pair: _operation_case(*pair))))
+def test_the_operation_parser_answers_a_4xx_naming_the_rule(
+        case: tuple[bytes, tuple[str, str] | None]) -> None:
+    """parse_operation, on any bytes or JSON (NUL, unpaired surrogates,
+    non-finite numbers, nesting past the limit): a request, or a 400 that
+    names its rule -- a text rule's own code, or invalid_field with the
+    field -- never another exception.  A body nesting past the limit is
+    too_deep, naming the member."""
+    body, expected = case
+    try:
+        parse_operation(body)
+    except KilolockError as error:
+        assert error.status == 400, error
+        if error.code == "invalid_field":
+            assert error.details()["field"], error
+        else:
+            assert error.code in _TEXT_RULES, error
+        if expected is not None:
+            assert (error.code, error.details().get("field")) == expected
+    else:
+        assert expected is None
+
+
+@pytest.mark.parametrize(("body", "code", "field"), [
+    (b'{"kind": "rm", "state": "mo\\u0000no", "addresses": ["a.b"]}', "nul_character",
+     "state"),
+    (b'{"kind": "rm", "state": "mono", "addresses": ["a\\u0000.b"]}', "nul_character",
+     "addresses"),
+    (b'{"kind": "rm", "state": "mono", "addresses": ["a.b"], "x": ' + b"[" * 600
+     + b"]" * 600 + b"}", "too_deep", "x"),
+    (b'{"kind": "mv", "state": "mono", "from": "a.b", "to": "a.c", "toState": "\\ud800"}',
+     "invalid_unicode", "toState"),
+    (b'{"kind": "import", "state": "mono", "stateFile": "{}", "force": 1e400}', "not_finite",
+     "force"),
+    (b'{"kind": "import", "state": "mono", "stateFile": "{}", "force": NaN}', "not_finite",
+     "body"),
+    (b'{"kind": "rm", "state": "mono", "addresses": ["a.b"]}\xff', "invalid_unicode", "body"),
+])
+def test_text_rules_on_operation_bodies(site: NativeSite, body: bytes, code: str,
+                                        field: str) -> None:
+    """An operation body breaking a text rule is a 400 with the rule's code
+    naming the member (as every JSON body of every lane), starting nothing."""
+    events = _events(site)
+    reply = site.request("POST", f"{NATIVE}/operations", body,
+                         headers={"Content-Type": "application/json"})
+    assert reply.status == 400, reply
+    error = reply.json()["error"]
+    assert (error["code"], error.get("field")) == (code, field), error
+    assert _events(site) == events and _listing(site) == [("mono", 1)]
 
 
 def test_a_running_operation_renews_its_lease() -> None:

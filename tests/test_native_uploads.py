@@ -196,6 +196,27 @@ def test_declarations_and_limits() -> None:
         "state": "s", "size": 1, "sha256": digest}, "reader").status == 403
 
 
+@pytest.mark.parametrize(("body", "code", "field"), [
+    (b'{"state": "s\\u0000", "size": 1, "sha256": "00"}', "nul_character", "state"),
+    (b'{"state": "s", "size": 1, "sha256": "00", "x": ' + b"[" * 600 + b"]" * 600 + b"}",
+     "too_deep", "x"),
+    (b'{"state": "s", "size": 1e400, "sha256": "00"}', "not_finite", "size"),
+    (b'{"state": "\\udc00", "size": 1, "sha256": "00"}', "invalid_unicode", "state"),
+])
+def test_text_rules_on_upload_declarations(body: bytes, code: str, field: str) -> None:
+    """An opening breaking a text rule is a 400 with the rule's code naming
+    the member (as every JSON body of every lane); no session is opened."""
+    site = NativeSite()
+    reply = site.request("POST", f"{NATIVE}/uploads", body,
+                         headers={"Content-Type": "application/json"})
+    error = reply.json()["error"]
+    assert (reply.status, error["code"], error.get("field")) == (400, code, field), error
+    digest = hashlib.sha256(b"x").hexdigest()
+    for _ in range(4):  # every place is still free
+        assert site.json("POST", f"{NATIVE}/uploads", {
+            "state": "s", "size": 1, "sha256": digest}).status == 201
+
+
 def test_an_upload_imported_by_an_operation() -> None:
     """A complete session feeds an import operation (then it is consumed)."""
     site = NativeSite()
@@ -210,6 +231,27 @@ def test_an_upload_imported_by_an_operation() -> None:
     put(site, other["id"], 0, MONOLITH)
     wrong = site.operation({"kind": "import", "state": "imported", "upload": other["id"]})
     assert (wrong.status, wrong.json()["error"]["field"]) == (400, "upload")
+
+
+def test_an_import_of_anothers_upload_is_answered_as_an_unknown_one() -> None:
+    """An import naming a complete upload session of another principal of
+    the tenant, or of another tenant, is refused (400 invalid_field on
+    upload) with the very bytes of an id nobody opened: handles are owned,
+    and an answer never says whose they are.  The session stays its
+    owner's, who imports it."""
+    site = NativeSite()
+    for owner, state in (("bob", "imported"), ("gus", "imported")):
+        session = open_session(site, MONOLITH, state=state, token=owner)
+        assert put(site, session["id"], 0, MONOLITH, token=owner).status == 200
+        document = {"kind": "import", "state": "imported", "upload": session["id"]}
+        theirs = site.operation(document)
+        unknown = site.operation({**document, "upload": "up_" + "0" * 24})
+        assert (theirs.status, theirs.body) == (400, unknown.body)
+        assert unknown.json()["error"]["field"] == "upload"
+        assert site.current("imported", token=owner) is None
+        mine = site.operation(document, token=owner)
+        assert site.read_operation(mine.json()["id"], owner)["status"] == "succeeded"
+        assert site.current("imported", token=owner) == MONOLITH
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -52,7 +52,8 @@ def rm(raw: bytes, *addresses: str) -> bytes:
 
 def objects(raw: bytes, dependencies: bool = False) -> dict[tuple[str, str | None], Any]:
     """Every instance object by (address, deposed), as stored (without its
-    dependencies unless asked)."""
+    dependencies unless asked; an empty list of them, which Terraform omits
+    and Kilolock writes as [], is no list)."""
     found = {}
     projection = parse_state(raw).projection
     assert projection is not None
@@ -60,7 +61,7 @@ def objects(raw: bytes, dependencies: bool = False) -> dict[tuple[str, str | Non
                  for instance in resource["instances"]]
     for row, instance in zip(projection.resources, instances, strict=True):
         instance.pop("index_key", None)
-        if not dependencies:
+        if not dependencies or instance.get("dependencies") == []:
             instance.pop("dependencies", None)
         found[(row.address, row.deposed)] = instance
     return found
@@ -123,6 +124,70 @@ def test_dependencies_are_rewritten_when_exact_and_emptied_otherwise() -> None:
         "module.network.terraform_data.subnet"]
     split = mv(MONOLITH, "terraform_data.items[2]", "terraform_data.extra")
     assert dependencies_of(split, "terraform_data.dep") == []
+
+
+def _move_out(raw: bytes, source: str, destination: str) -> tuple[bytes, bytes]:
+    """Kilolock's move of C{source} into a new state: (the source state, the
+    new state)."""
+    from_, to = parse_address(source), parse_address(destination)
+    state = open_state(raw, move_wanted(from_, to, source_state=True,
+                                        destination_state=False))
+    other = new_state(state)
+    move(state, other, from_, to)
+    state.replaced["serial"] = state.serial + 1
+    return render_state(state), render_state(other)
+
+
+@pytest.mark.parametrize(("source", "destination"), [
+    ("module.net", "module.net"), ("terraform_data.old", "terraform_data.old"),
+    ("terraform_data.dep", "terraform_data.dep"), ("terraform_data.items[2]",
+                                                   "terraform_data.extra")])
+def test_dependencies_across_states_are_kept_as_terraform_keeps_them(
+        tmp_path: Path, source: str, destination: str) -> None:
+    """A move into another state leaves the dependency lists of the source
+    state as they were, entries naming what left included, exactly as
+    Terraform's own `state mv -state-out` leaves them (compared with it);
+    what moved keeps its own entries, those naming what stayed behind
+    included.  (The destination's entries naming what moved are rewritten
+    when exact: the documented difference from Terraform, which empties
+    them.)"""
+    work = tmp_path / "tf"
+    work.mkdir()
+    (work / "mono.tfstate").write_bytes(MONOLITH)
+    Terraform(work, tmp_path / "scratch").run(
+        "state", "mv", "-state=mono.tfstate", "-state-out=other.tfstate", source,
+        destination).check()
+    theirs = (work / "mono.tfstate").read_bytes()
+    ours, other = _move_out(MONOLITH, source, destination)
+    assert objects(ours, dependencies=True) == objects(theirs, dependencies=True)
+    stored = dependencies_of(MONOLITH, "terraform_data.dep")
+    if source != "terraform_data.dep":
+        assert dependencies_of(ours, "terraform_data.dep") == stored
+    else:
+        assert dependencies_of(other, "terraform_data.dep") == stored
+        assert "terraform_data.old" in stored and ("terraform_data.old", None) in objects(ours)
+
+
+def test_dependencies_after_a_key_move_are_emptied_as_terraform_empties_them(
+        tmp_path: Path) -> None:
+    """An instance moved to another key of its resource (items[2] to
+    items[7]): a dependency names a resource, never a key, so the lists
+    naming that resource cannot be rewritten exactly and are emptied, as
+    Terraform's own `state mv` empties them (compared with it, dependencies
+    included); the instances themselves move intact."""
+    work = tmp_path / "tf"
+    work.mkdir()
+    (work / "terraform.tfstate").write_bytes(MONOLITH)
+    Terraform(work, tmp_path / "scratch").run(
+        "state", "mv", "-state=terraform.tfstate", "terraform_data.items[2]",
+        "terraform_data.items[7]").check()
+    theirs = (work / "terraform.tfstate").read_bytes()
+    ours = mv(MONOLITH, "terraform_data.items[2]", "terraform_data.items[7]")
+    assert objects(ours, dependencies=True) == objects(theirs, dependencies=True)
+    assert "terraform_data.items" in dependencies_of(MONOLITH, "terraform_data.dep")
+    assert dependencies_of(ours, "terraform_data.dep") == []
+    assert objects(ours)[("terraform_data.items[7]", None)] == objects(MONOLITH)[
+        ("terraform_data.items[2]", None)]
 
 
 def test_untouched_resources_stay_byte_for_byte() -> None:

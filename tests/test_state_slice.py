@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from state_samples import ENVELOPE
 from state_strategies import histories
+from terraform import Terraform
 
 from kilolock import tfstate_scan
 from kilolock.errors import BadRequest, EncryptedState, InvalidState
@@ -68,6 +69,40 @@ def test_instance_address_keeps_only_that_instance() -> None:
     """terraform_data.items[1]: one instance of a counted resource."""
     sliced = slice_document(MONOLITH, select(addresses=["terraform_data.items[1]"]))
     assert addresses(sliced) == ["terraform_data.items[1]"]
+
+
+@pytest.mark.parametrize("address", [
+    "module.net.terraform_data.vpc", "module.net", "module.app", "terraform_data.items",
+    "terraform_data.items[1]", "module.app.module.inner.terraform_data.leaf"])
+def test_an_address_selects_what_terraform_state_list_lists(tmp_path: Path,
+                                                            address: str) -> None:
+    """address= is absolute, as `terraform state list ADDRESS` takes it (the
+    real Terraform's listing, compared): a resource in a module is named
+    with its module path, and a module address selects the module and what
+    is below it."""
+    work = tmp_path / "tf"
+    work.mkdir()
+    (work / "mono.tfstate").write_bytes(MONOLITH)
+    listed = Terraform(work, tmp_path / "scratch").run(
+        "state", "list", "-state=mono.tfstate", address).check().stdout.split()
+    assert listed
+    assert addresses(slice_document(MONOLITH, select(addresses=[address]))) == listed
+
+
+def test_an_address_does_not_match_inside_modules(tmp_path: Path) -> None:
+    """terraform_data.vpc is the root module's resource: it selects nothing of
+    module.net.terraform_data.vpc (Terraform's `state list` refuses it as a
+    resource the state does not contain; a slice is empty), and type=
+    selects a type in every module."""
+    work = tmp_path / "tf"
+    work.mkdir()
+    (work / "mono.tfstate").write_bytes(MONOLITH)
+    refused = Terraform(work, tmp_path / "scratch").run(
+        "state", "list", "-state=mono.tfstate", "terraform_data.vpc")
+    assert refused.rc == 1 and "Error: Unknown resource" in refused.output
+    assert addresses(slice_document(MONOLITH, select(addresses=["terraform_data.vpc"]))) == []
+    assert "module.net.terraform_data.vpc" in addresses(
+        slice_document(MONOLITH, select(types=["terraform_data"])))
 
 
 def test_string_keys_types_and_criteria_combine() -> None:

@@ -30,7 +30,7 @@ from test_store_contract import (  # noqa: F401 - fixtures
 from twisted.internet.defer import gatherResults
 from zope.interface.verify import verifyObject
 
-from kilolock.errors import LockConflict, LockNotHeld, SerialConflict
+from kilolock.errors import LockConflict, LockNotHeld, SerialConflict, StateExists
 from kilolock.model import DEFAULT_TENANT, STATE_WRITE, Principal, StateKey
 from kilolock.stateops import chunks
 from kilolock.stateops.interfaces import IStateOperationsStore
@@ -97,6 +97,53 @@ async def test_a_refused_write_writes_neither(store: Any) -> None:
         LockNotHeld)
     assert [len(await store.list_versions(key)) for key in (FIRST, SECOND)] == [1, 1]
     assert await store.read_current(FIRST) == state_body(3)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_first_version_is_refused_once_the_state_has_one(store: Any) -> None:
+    """A write marked first_version: it creates a missing state (and one
+    that exists without a version); once the state has a version the whole
+    write is refused (state_exists, 409) and neither state changes."""
+    await write(store, state_body(3), FIRST)
+    pair = [StateWrite(FIRST, upload(state_body(4)), None),
+            StateWrite(SECOND, upload(state_body(1)), None, first_version=True)]
+    outcomes = await store.write_states(pair, ALICE, STATE_WRITE)
+    assert [o.version.number for o in outcomes] == [2, 1]
+    again = [StateWrite(FIRST, upload(state_body(5)), None),
+             StateWrite(SECOND, upload(state_body(2, "other")), None, first_version=True)]
+    failure = await failure_of(store.write_states(again, ALICE, STATE_WRITE), StateExists)
+    assert (failure.status, failure.code) == (409, "state_exists")
+    assert "second" in failure.message
+    assert [len(await store.list_versions(key)) for key in (FIRST, SECOND)] == [2, 1]
+    assert await store.read_current(SECOND) == state_body(1)
+    third = StateKey(DEFAULT_TENANT, "third")
+    assert await store.acquire_lock(third, lock("terraform"), BOB) is True
+    await store.release_lock(third, "terraform", BOB)
+    [made] = await store.write_states([StateWrite(third, upload(state_body(1)), None,
+                                                  first_version=True)], ALICE, STATE_WRITE)
+    assert made.version.number == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_locking_only_a_state_that_exists(store: Any) -> None:
+    """acquire_lock_if_exists: a missing state is not created and nothing is
+    audited (None); an existing one is locked as acquire_lock locks it
+    (True, then False for the same ID, 423 for another), audited the same."""
+    assert await store.acquire_lock_if_exists(FIRST, lock("op-lock"), ALICE) is None
+    assert await store.list_states(DEFAULT_TENANT) == []
+    assert await store.get_summary(FIRST) is None
+    assert await store.list_events(DEFAULT_TENANT) == []
+    await write(store, state_body(3), FIRST)
+    assert await store.acquire_lock_if_exists(FIRST, lock("op-lock"), ALICE) is True
+    assert await store.acquire_lock_if_exists(FIRST, lock("op-lock"), ALICE) is False
+    refused = await failure_of(store.acquire_lock_if_exists(FIRST, lock("other"), BOB),
+                               LockConflict)
+    assert refused.status == 423 and b"op-lock" in refused.holder
+    held = await store.get_lock(FIRST)
+    assert held is not None and held.info.id == "op-lock"
+    assert [e.kind for e in await store.list_events(DEFAULT_TENANT)] == [
+        STATE_WRITE, "lock_acquire"]
+    assert [s.key.path for s in await store.list_states(DEFAULT_TENANT)] == ["first"]
 
 
 @pytest_twisted.ensureDeferred

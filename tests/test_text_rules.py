@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from kilolock.errors import BadRequest, InvalidLockInfo, InvalidText
 from kilolock.model import LockInfo
+from kilolock.stateops.requests import parse_operation
 from kilolock.store.postgres.refusals import input_refusal
 from kilolock.text_rules import (
     MAX_JSON_DEPTH,
@@ -35,6 +36,8 @@ from kilolock.text_rules import (
 )
 from kilolock.web.body import unlock_lock_id
 from kilolock.web.documents import json_bytes
+from kilolock.web.native.history import rollback_version
+from kilolock.web.retention import policy_body, purge_body
 
 #: Any character, unpaired surrogates and NUL included.
 ANY_CHARACTER = st.characters(codec=None, exclude_categories=())
@@ -359,3 +362,40 @@ def test_a_value_the_database_refuses_is_a_400(error: BaseException, rule: str) 
 def test_other_database_errors_are_not_refusals(error: BaseException) -> None:
     """Anything else keeps its meaning: an outage (503), or Kilolock's own bug (500)."""
     assert input_refusal(error) is None
+
+
+#: Every JSON body of the native lane, by its parser: a valid body, and the
+#: member the poison goes into.
+_NATIVE_BODIES = [
+    pytest.param(parse_operation, {"kind": "rm", "state": "mono", "addresses": ["a.b"]},
+                 "addresses", id="operation"),
+    pytest.param(parse_operation, {"kind": "import", "state": "mono", "stateFile": "{}"},
+                 "stateFile", id="import"),
+    pytest.param(rollback_version, {"version": 1}, "version", id="rollback"),
+    pytest.param(policy_body, {"versions": 3, "days": None}, "days", id="retention"),
+    pytest.param(purge_body, {"reason": "a leaked password"}, "reason", id="purge"),
+]
+#: A member's value breaking each rule (JSON text).
+_POISONS = [
+    pytest.param('["a\\u0000b"]', "nul_character", id="NUL"),
+    pytest.param('"\\ud800"', "invalid_unicode", id="lone surrogate"),
+    pytest.param("[1e400]", "not_finite", id="1e400"),
+    pytest.param("[" * 600 + "]" * 600, "too_deep", id="600 deep"),
+]
+
+
+@pytest.mark.parametrize(("parse", "document", "member"), _NATIVE_BODIES)
+@pytest.mark.parametrize(("poison", "rule"), _POISONS)
+def test_every_native_body_follows_the_rules(parse: Any, document: dict[str, Any],
+                                             member: str, poison: str, rule: str) -> None:
+    """The text rules hold for every JSON body of the native lane, by one
+    mechanism (load_json): a member breaking one is refused with the rule's
+    code naming the member, before any member is read."""
+    body = json.dumps(document).encode()
+    parse(body)  # the body as it is passes
+    poisoned = body.replace(json.dumps({member: document[member]})[1:-1].encode(),
+                            f'"{member}": {poison}'.encode())
+    assert poisoned != body
+    with pytest.raises(InvalidText) as caught:
+        parse(poisoned)
+    assert (caught.value.status, caught.value.code, caught.value.field) == (400, rule, member)

@@ -19,7 +19,7 @@ from zope.interface import Interface
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
-    from kilolock.model import Principal, WriteOutcome
+    from kilolock.model import LockInfo, Principal, StateKey, WriteOutcome
     from kilolock.stateops.model import OperationRecord, Owner, StateWrite, UploadSession
 
 
@@ -32,14 +32,30 @@ class IStateOperationsStore(Interface):
         """Store a new version of every state in C{writes}, all in one
         transaction: every write is checked by the lock matrix and the
         serial rule as L{kilolock.interfaces.IStateStore.write_state} checks
-        one (a missing state is created), and either every new version, its
-        projection and its C{event_kind} event (detail extended by the
-        write's C{event_detail}) is committed, or nothing is.  On
+        one (a missing state is created), a write marked C{first_version}
+        also by its state having no version yet, and either every new
+        version, its projection and its C{event_kind} event (detail extended
+        by the write's C{event_detail}) is committed, or nothing is.  On
         PostgreSQL the states' rows are locked in the order of their ids.
 
         @return: a Deferred firing with the L{WriteOutcome} of each write, in
             order; failing with the first refusal (L{kilolock.errors.LockConflict},
-            L{kilolock.errors.LockNotHeld}, L{kilolock.errors.SerialConflict}).
+            L{kilolock.errors.LockNotHeld}, L{kilolock.errors.SerialConflict},
+            L{kilolock.errors.StateExists}).
+        """
+
+    def acquire_lock_if_exists(key: StateKey, info: LockInfo,
+                               principal: Principal) -> Deferred[bool | None]:
+        """Lock C{key} as L{kilolock.interfaces.IStateStore.acquire_lock}
+        does when the state exists; when it does not, change nothing (no
+        state is created, no event appended).  A state operation locks the
+        states it names this way, so that an operation refused or failed
+        leaves no state behind: the states it creates are created by its
+        write, with their first version.
+
+        @return: a Deferred firing with True when newly acquired, False for
+            the holder's own ID, None when there is no such state; failing
+            with L{kilolock.errors.LockConflict} (423) when another ID holds it.
         """
 
     # -- operations -------------------------------------------------------

@@ -11,11 +11,12 @@ from typing import Any
 
 from attrs import field, frozen
 
+from kilolock.errors import StateExists
 from kilolock.model import Principal, StateKey, StateUpload
 
 __all__ = ["CANCELLED", "FAILED", "FINISHED", "RUNNING", "SUCCEEDED",
            "Chunk", "OperationRecord", "Owner", "StateWrite", "UploadSession",
-           "new_operation_id", "new_upload_id"]
+           "new_operation_id", "new_upload_id", "version_appeared"]
 
 #: An operation's status: running (its process works on it), then one of
 #: the finished ones.
@@ -135,12 +136,26 @@ class UploadSession:
 @frozen
 class StateWrite:
     """One state's new version in a write of several states (see
-    L{kilolock.stateops.interfaces.IStateOperationsStore.write_states})."""
+    L{kilolock.stateops.interfaces.IStateOperationsStore.write_states}).
+
+    @ivar first_version: the version must be the state's first: the writer
+        planned it from a state without a version, so a version written by
+        anyone meanwhile refuses the whole write
+        (L{kilolock.errors.StateExists}) instead of being overwritten.
+    """
 
     key: StateKey
     upload: StateUpload
     lock_id: str | None
     event_detail: Mapping[str, Any] = field(factory=dict)
+    first_version: bool = False
+
+
+def version_appeared(key: StateKey) -> StateExists:
+    """The refusal of a L{StateWrite} marked C{first_version} whose state
+    has a version by now (both stores word it so)."""
+    return StateExists(f"{key.path} got a version while the operation ran (written by"
+                       " someone else); nothing was written")
 
 
 #: The C{Operation} of the lock a state operation takes: how the lanes'

@@ -22,7 +22,7 @@ from typing import Any
 
 from attrs import frozen
 
-from kilolock.errors import Conflict, EncryptedState, VersionNotFound
+from kilolock.errors import EncryptedState, StateExists, VersionNotFound
 from kilolock.model import StateKey
 from kilolock.state_document import (
     WorkingState,
@@ -43,12 +43,6 @@ from kilolock.tfaddress import ModuleStep
 from kilolock.tfstate import parse_state
 
 __all__ = ["Planned", "StateExists", "plan_operation"]
-
-
-class StateExists(Conflict):
-    """A split's new state already has a version."""
-
-    code = "state_exists"
 
 
 @frozen

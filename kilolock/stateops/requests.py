@@ -10,9 +10,12 @@ C{WORKSPACE_ID/ENV_PUBLIC_ID/NAME}), and per kind::
     {"kind": "import", "state": S, "stateFile": TEXT, "force": false}
     {"kind": "import", "state": S, "upload": UPLOAD_ID, "force": false}
 
-(C{toState} is optional: without it a move stays in its state; a part's
-C{to} defaults to its C{module}, C{""} being the root module.)  Addresses
-are Terraform's (L{kilolock.tfaddress}); moves are checked by
+(C{toState} is optional: without it, or naming the state itself however
+spelt, a move stays in its state -- decided where the names are resolved,
+L{kilolock.web.native.operations}; a part's C{to} defaults to its
+C{module}, C{""} being the root module.)  The body
+is read under the text rules of every JSON body (L{kilolock.text_rules}).
+Addresses are Terraform's (L{kilolock.tfaddress}); moves are checked by
 L{kilolock.state_moves.check_move}.  Every problem is a 400 naming the field;
 unknown fields are refused too (a misspelt field never silently does
 nothing).  Messages never quote the body.
@@ -20,13 +23,13 @@ nothing).  Messages never quote the body.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from attrs import frozen
 
 from kilolock.errors import InvalidField
 from kilolock.state_moves import InvalidMove, check_move
+from kilolock.text_rules import NotJSON, load_json
 from kilolock.tfaddress import InvalidAddress, Target, parse_address
 
 __all__ = ["ImportRequest", "MoveRequest", "OperationRequest", "RemoveRequest", "SplitPart",
@@ -107,11 +110,14 @@ _FIELDS = {
 def parse_operation(body: bytes) -> OperationRequest:
     """Parse and check an operation request (see the module's docstring).
 
+    @raise InvalidText: (400) the body breaks a text rule of every JSON body
+        (L{kilolock.text_rules}: C{nul_character}, C{too_deep}, ...), naming
+        the member at fault.
     @raise InvalidField: (400) naming the field at fault.
     """
     try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        document = load_json(body, "the operation body", "body")
+    except NotJSON:
         raise InvalidField("body", "the body must be a JSON object describing the operation"
                            ' ({"kind": "mv", "state": ..., "from": ..., "to": ...})') from None
     if not isinstance(document, dict):
@@ -121,7 +127,11 @@ def parse_operation(body: bytes) -> OperationRequest:
         raise InvalidField("kind", "kind must be one of " + ", ".join(sorted(_FIELDS)))
     unknown = sorted(set(document) - _FIELDS[kind])
     if unknown:
-        raise InvalidField(unknown[0][:64], f"unknown field for a {kind} operation")
+        # The field names the member (its first 64 characters); a member
+        # named "" cannot be named, the body is.
+        raise InvalidField(unknown[0][:64] or "body",
+                           f"unknown field for a {kind} operation; expected: "
+                           + ", ".join(sorted(_FIELDS[kind])))
     state = _state(document, "state")
     if kind == "rm":
         return RemoveRequest(state, _addresses(document))
@@ -129,7 +139,7 @@ def parse_operation(body: bytes) -> OperationRequest:
         from_, to = _address(document, "from"), _address(document, "to")
         _check(from_, to, "to")
         to_state = _state(document, "toState") if document.get("toState") is not None else None
-        return MoveRequest(state, from_, to, None if to_state == state else to_state)
+        return MoveRequest(state, from_, to, to_state)
     if kind == "split":
         return SplitRequest(state, _parts(document, state))
     return _import(document, state)
@@ -187,6 +197,10 @@ def _parts(document: dict[str, Any], state: str) -> tuple[SplitPart, ...]:
         if not isinstance(value, dict) or set(value) - {"module", "state", "to"}:
             raise InvalidField(field, 'a part is {"module": ..., "state": ..., "to": ...}')
         module = _address(value, "module")
+        if not module.is_module:
+            raise InvalidField(f"{field}.module", "a part names a module (module.NAME, with"
+                               " everything below it); a resource goes to another state"
+                               " with mv and toState")
         target = _state(value, "state")
         if target == state:
             raise InvalidField(f"{field}.state", "a part goes to another state")

@@ -5,16 +5,22 @@ in the store, so any process sharing the database answers for it, and
 cancelling it there reaches it (L{OperationRunner.start}):
 
   1. the record is created (C{running}), then the operation takes the lock
-     of every state it names, in the order of their paths, with a LockInfo
-     Terraform can print (L{operation_lock}: the C{Operation} and C{Info}
-     name the operation).  When any is held -- by Terraform or anyone --
-     the locks taken are released, the operation fails and the caller is
-     answered 423 with the holder;
+     of every state it names that exists, in the order of their paths, with
+     a LockInfo Terraform can print (L{operation_lock}: the C{Operation}
+     and C{Info} name the operation).  When any is held -- by Terraform or
+     anyone -- the locks taken are released, the operation fails and the
+     caller is answered 423 with the holder.  A state that does not exist
+     is not locked, and so not created: only the operation's write creates
+     states, with their first version, so an operation refused or failed
+     leaves no empty state behind (nor a lock event of one);
   2. the rest runs in the background, step by step (L{STEPS}, the
      C{progress}): read the states' current versions; plan the new ones
      (L{kilolock.stateops.plans}, in a thread); write them, through the
      state lane's own write path and rules, under the operation's locks (a
-     write of several states is one transaction); release the locks;
+     write of several states is one transaction).  A version planned from
+     a state without one must be that state's first: if anyone wrote one
+     meanwhile, or holds the lock of a state created meanwhile, the whole
+     write is refused (C{state_exists}, C{locked}).  Then release the locks;
   3. before each step it checks whether cancelling was asked for.  The last
      check is just before the write: a cancelled operation has written
      nothing; once the write has begun it completes (it is one
@@ -183,31 +189,28 @@ class OperationRunner:
             updated_at=now, runner=self.id, lease_expires_at=self._lease_end(now),
             progress=_progress("locking"))
         await self.store.create_operation(record)
-        locks = await self._lock(record, principal, sorted(set(keys), key=lambda k: k.path))
+        named = sorted(set(keys), key=lambda k: k.path)
+        locks = await self._lock(record, principal, named)
         record = await self._update(record, locks=tuple((key.path, lock_id)
                                                          for key, lock_id in locks.items()))
         running = self._running[record.id] = _Running(record, principal)
-        running.work = ensureDeferred(self._run(running, locks, plan))
+        running.work = ensureDeferred(self._run(running, named, locks, plan))
         latest = await self.store.find_operation(record.owner, record.id)
         return latest if latest is not None else running.record
 
     async def _lock(self, record: OperationRecord, principal: Principal,
                     keys: list[StateKey]) -> dict[StateKey, str]:
+        """Lock the states of C{keys} that exist.  @return: (awaited) the
+        lock ID of each state locked."""
         taken: dict[StateKey, str] = {}
         try:
             for key in keys:
                 info = operation_lock(record.id, record.kind, principal, self.now())
-                await self.store.acquire_lock(key, info, principal)
-                taken[key] = info.id
+                if await self.store.acquire_lock_if_exists(key, info, principal) is not None:
+                    taken[key] = info.id
         except BaseException as error:
             await self._unlock(taken, principal)
-            holder: Any = None
-            if isinstance(error, LockConflict):
-                try:
-                    holder = json.loads(error.holder)
-                except ValueError:
-                    holder = None
-            await self._finish(record, FAILED, error=_error_of(error, holder))
+            await self._finish(record, FAILED, error=_error_of(error))
             if isinstance(error, LockConflict):
                 raise OperationLocked(error.holder, record.id) from None
             raise
@@ -215,27 +218,29 @@ class OperationRunner:
 
     # -- running ----------------------------------------------------------
 
-    async def _run(self, running: _Running, locks: dict[StateKey, str], plan: Plan) -> None:
+    async def _run(self, running: _Running, keys: list[StateKey], locks: dict[StateKey, str],
+                   plan: Plan) -> None:
         renewing = self._renew_lease(running)
         status, result, error = FAILED, None, None
         principal = running.principal
         try:
             await self._step(running, "reading")
-            current = {key: await self.store.read_current(key) for key in locks}
+            current = {key: await self.store.read_current(key) for key in keys}
             await self._step(running, "planning")
             planned = await self._in_thread(plan, current)
             uploads = [(key, await self._in_thread(_upload_of, raw))
                        for key, raw in planned.writes]
             await self._step(running, "writing")
             detail = {"operation": running.record.id, "operation_kind": running.record.kind}
-            if len(uploads) == 1:
-                (key, upload), = uploads
-                outcomes = [await self.store.write_state(key, upload, locks[key], principal,
-                                                         STATE_OPERATION, detail)]
+            writes = [StateWrite(key, upload, locks.get(key), detail,
+                                 first_version=current[key] is None)
+                      for key, upload in uploads]
+            if len(writes) == 1 and not writes[0].first_version:
+                (one,) = writes
+                outcomes = [await self.store.write_state(one.key, one.upload, one.lock_id,
+                                                         principal, STATE_OPERATION, detail)]
             else:
-                outcomes = await self.store.write_states(
-                    [StateWrite(key, upload, locks[key], detail) for key, upload in uploads],
-                    principal, STATE_OPERATION)
+                outcomes = await self.store.write_states(writes, principal, STATE_OPERATION)
             status = SUCCEEDED
             result = {**planned.result, "versions": [
                 {"state": key.path, "number": outcome.version.number,
@@ -380,15 +385,20 @@ def _progress(step: str) -> str:
     return json.dumps({"step": step, "stepsDone": done, "steps": len(STEPS)})
 
 
-def _error_of(error: BaseException, holder: Any = None) -> dict[str, Any]:
-    """What a failed operation shows of its failure (an unexpected one is
-    logged, by kind only, and shown as an internal error)."""
+def _error_of(error: BaseException) -> dict[str, Any]:
+    """What a failed operation shows of its failure: a lock conflict (when
+    it locks, or when it writes a state someone locked meanwhile) with the
+    holder's LockInfo; an unexpected one is logged, by kind only, and shown
+    as an internal error."""
     if isinstance(error, KilolockError):
         document: dict[str, Any] = {"code": error.code, "message": error.message,
                                     **error.details()}
         if isinstance(error, LockConflict):
             document["message"] = "a state is locked by another client"
-            document["lock"] = holder
+            try:
+                document["lock"] = json.loads(error.holder)
+            except ValueError:
+                document["lock"] = None
         return document
     log.error("operation failed unexpectedly: {kind}", kind=type(error).__qualname__)
     return {"code": "internal_error", "message": "the operation failed unexpectedly; see the"

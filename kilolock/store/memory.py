@@ -63,7 +63,7 @@ from kilolock.retention_interfaces import IRetentionStore
 from kilolock.state_listing import check_listing, listed, sort_and_page, writer_of
 from kilolock.state_rules import Replay, holder_of
 from kilolock.stateops.interfaces import IStateOperationsStore
-from kilolock.stateops.model import StateWrite
+from kilolock.stateops.model import StateWrite, version_appeared
 from kilolock.store.memory_oidc import MemoryOidcPolicies
 from kilolock.store.memory_retention import MemoryRetention
 from kilolock.store.memory_stateops import MemoryStateOps
@@ -207,7 +207,8 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
         def write() -> list[WriteOutcome]:
             if len({w.key for w in writes}) != len(writes):
                 raise ValueError("each state may be written once in a write of several")
-            staged = [self._stage_write(w.key, w.upload, w.lock_id, principal)
+            staged = [self._stage_write(w.key, w.upload, w.lock_id, principal,
+                                        first_version=w.first_version)
                       for w in writes]
             return [self._commit_write(one, principal, event_kind, w.event_detail)
                     for one, w in zip(staged, writes, strict=True)]
@@ -215,11 +216,14 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
         return maybeDeferred(write)
 
     def _stage_write(self, key: StateKey, upload: StateUpload, lock_id: str | None,
-                     principal: Principal) -> _StagedWrite:
-        """Check a write against the lock matrix and the serial rule, and
-        prepare its version; nothing is changed yet."""
+                     principal: Principal, first_version: bool = False) -> _StagedWrite:
+        """Check a write against the lock matrix and the serial rule (and,
+        with C{first_version}, the state having no version), and prepare its
+        version; nothing is changed yet."""
         state = self._states.get(key)
         state_rules.check_write(lock_id, holder_of(state.lock if state else None))
+        if first_version and state is not None and state.current is not None:
+            raise version_appeared(key)
         if state is None:
             self.tenants.check_state_owner(key)
         replayed = state.written.get((upload.parsed.serial, upload.sha256)) if state else None
@@ -278,20 +282,32 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
     def acquire_lock(self, key: StateKey, info: LockInfo,
                      principal: Principal) -> Deferred[bool]:
         def acquire() -> bool:
-            now = self.clock()
-            state = self._states.get(key)
-            if state is None:
-                self.tenants.check_state_owner(key)
-                state = self._states[key] = StoredState(created_at=now, updated_at=now)
-            if not state_rules.decide_lock(info.id, holder_of(state.lock)):
-                return False
-            state.lock = HeldLock(info=info, acquired_at=now, principal=principal.name,
-                                  token_digest=principal.oidc_token_digest)
-            self._append_event(key.tenant, LOCK_ACQUIRE, principal.name, key.path, now,
-                               lock_id=info.id, detail=lock_detail(info, principal))
-            return True
+            return bool(self._acquire(key, info, principal, create=True))
 
         return maybeDeferred(acquire)
+
+    def acquire_lock_if_exists(self, key: StateKey, info: LockInfo,
+                               principal: Principal) -> Deferred[bool | None]:
+        return maybeDeferred(self._acquire, key, info, principal, create=False)
+
+    def _acquire(self, key: StateKey, info: LockInfo, principal: Principal,
+                 create: bool) -> bool | None:
+        """Lock C{key} (see L{acquire_lock}); a missing state is created
+        first when C{create}, else nothing changes (None)."""
+        now = self.clock()
+        state = self._states.get(key)
+        if state is None:
+            if not create:
+                return None
+            self.tenants.check_state_owner(key)
+            state = self._states[key] = StoredState(created_at=now, updated_at=now)
+        if not state_rules.decide_lock(info.id, holder_of(state.lock)):
+            return False
+        state.lock = HeldLock(info=info, acquired_at=now, principal=principal.name,
+                              token_digest=principal.oidc_token_digest)
+        self._append_event(key.tenant, LOCK_ACQUIRE, principal.name, key.path, now,
+                           lock_id=info.id, detail=lock_detail(info, principal))
+        return True
 
     def release_lock(self, key: StateKey, lock_id: str | None, principal: Principal,
                      event_detail: Mapping[str, Any] | None = None,

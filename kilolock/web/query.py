@@ -14,8 +14,8 @@ from kilolock.errors import BadRequest, InvalidField
 from kilolock.model import parse_created
 from kilolock.text_rules import check_text, decode_utf8
 
-__all__ = ["field_error", "plain_error", "query_id", "query_time", "query_value",
-           "query_values"]
+__all__ = ["field_error", "plain_error", "query_each", "query_id", "query_time",
+           "query_value", "query_values"]
 
 #: How a lane words a bad parameter: (parameter name, message) -> the error.
 ErrorFor = Callable[[str, str], BadRequest]
@@ -58,6 +58,18 @@ def query_values(request: Request, name: str) -> list[str]:
     for value in (request.args or {}).get(name.encode(), []):
         found.extend(part for part in _text(value, name).split(",") if part)
     return found
+
+
+def query_each(request: Request, name: str, limit: int) -> list[str]:
+    """Every non-empty value of a repeatable parameter whose values may hold
+    commas (Terraform addresses: C{aws_instance.web["a,b"]}), as given.
+
+    @raise InvalidField: more than C{limit} values.
+    @raise InvalidText: a value breaks a text rule (naming the parameter)."""
+    values = (request.args or {}).get(name.encode(), [])
+    if len(values) > limit:
+        raise InvalidField(name, f"at most {limit} values of {name}")
+    return [text for text in (_text(value, name) for value in values) if text]
 
 
 def query_time(request: Request, name: str, error: ErrorFor) -> datetime | None:

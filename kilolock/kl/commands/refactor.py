@@ -3,9 +3,12 @@ a state or to another), C{kl state split}, C{kl state import}, and C{kl
 operation show|cancel|wait}.
 
 Each starts an operation on the native lane and waits for it (printing its
-steps on stderr), unless C{--no-wait}; Ctrl-C while waiting asks the server
-to cancel it.  The exit code says how it ended: 0 succeeded, 4 refused by a
-lock or by the state's content (an address that names nothing, a taken
+steps on stderr when that is a terminal), unless C{--no-wait}; Ctrl-C while
+waiting asks the server to cancel it.  A succeeded operation is printed on
+stdout; one that failed or was cancelled is a failure like any other of
+kl's (L{operation_failure}: one line on stderr, nothing on stdout, C{--json}
+or not).  The exit code says how it ended: 0 succeeded, 4 refused by a lock
+or by the state's content (an address that names nothing, a taken
 destination, ...), 3 a state without a version, 1 otherwise.
 """
 
@@ -27,7 +30,7 @@ from kilolock.kl.exits import (
     EXIT_USAGE,
     KlError,
 )
-from kilolock.kl.output import PROGRESS_THRESHOLD, Output, Progress
+from kilolock.kl.output import PROGRESS_THRESHOLD, Output, Progress, describe_lock_info
 from kilolock.kl.uploads import DEFAULT_CHUNK_BYTES, UPLOAD_THRESHOLD, send_in_chunks
 
 #: Seconds between two looks at a running operation.
@@ -145,12 +148,18 @@ def _start(ctx: Context, args: argparse.Namespace, document: dict[str, Any]) -> 
 
 
 def _wait(ctx: Context, operation: Any) -> int:
-    """Follow an operation to its end; Ctrl-C asks the server to cancel it."""
+    """Follow an operation to its end; Ctrl-C asks the server to cancel it.
+
+    @return: 0 when it succeeded (printed).
+    @raise KlError: it failed or was cancelled (L{operation_failure})."""
     shown = None
+    # Its steps are for someone watching: a script's stderr holds only a
+    # failure's one line.
+    watching = not ctx.out.as_json and ctx.out.stderr.isatty()
     try:
         while operation["status"] == "running":
             step = operation["progress"].get("step")
-            if step != shown and not ctx.out.as_json:
+            if step != shown and watching:
                 ctx.out.note(f"{operation['id']}: {step}")
                 shown = step
             time.sleep(POLL_SECONDS)
@@ -161,20 +170,37 @@ def _wait(ctx: Context, operation: Any) -> int:
         ctx.native(f"/operations/{operation['id']}", "cancelling", method="DELETE",
                    expect=202)
         raise
+    if operation["status"] != "succeeded":
+        raise operation_failure(operation)
     if not ctx.out.json_if_asked(operation):
         _print_operation(ctx.out, operation)
-    return _exit_code(operation)
+    return EXIT_OK
 
 
-def _exit_code(operation: Any) -> int:
-    if operation["status"] == "succeeded":
-        return EXIT_OK
-    code = (operation.get("error") or {}).get("code")
+def operation_failure(operation: Any) -> KlError:
+    """The KlError of an operation that failed or was cancelled: its exit
+    code and one line naming the operation, the server's message (for a
+    lock, its holder) and the error's code, worded as a refused request is
+    (L{kilolock.kl.client.server_error})."""
+    request = operation.get("request") or {}
+    what = (f"operation {operation['id']} (kl state {operation['kind']}"
+            f" {request.get('state', '')})")
+    if operation["status"] == "cancelled":
+        return KlError(EXIT_REFUSED, f"{what} was cancelled before it wrote anything"
+                                     " [cancelled]")
+    error = operation.get("error") or {}
+    code = error.get("code") or "failed"
+    message = error.get("message") or "it failed"
+    lock = error.get("lock")
+    if code == "locked" and isinstance(lock, dict):
+        message = "locked by " + describe_lock_info(lock)
     if code in _CONFLICTS:
-        return EXIT_CONFLICT
-    if code in ("version_not_found", "state_not_found"):
-        return EXIT_NOT_FOUND
-    return EXIT_REFUSED
+        exit_code = EXIT_CONFLICT
+    elif code in ("version_not_found", "state_not_found"):
+        exit_code = EXIT_NOT_FOUND
+    else:
+        exit_code = EXIT_REFUSED
+    return KlError(exit_code, f"{what} failed: {message} [{code}]")
 
 
 def _print_operation(out: Output, operation: Any) -> None:

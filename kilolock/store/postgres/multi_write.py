@@ -29,7 +29,7 @@ from kilolock.atrest.envelope import VersionIdentity
 from kilolock.audit import write_detail
 from kilolock.model import Principal, StateVersion, WriteOutcome
 from kilolock.state_rules import Replay
-from kilolock.stateops.model import StateWrite
+from kilolock.stateops.model import StateWrite, version_appeared
 from kilolock.store.postgres import large, rows, statements
 from kilolock.store.postgres.events import append_event_txn
 from kilolock.store.postgres.part import PayloadPart
@@ -84,6 +84,8 @@ class PostgresMultiWrites(PayloadPart):
             found = cursor.fetchall()
             candidates = [rows.version(row[2:]) for row in found if row[2] is not None]
             state_rules.check_write(writes[i].lock_id, rows.holder(found[0][:2]))
+            if writes[i].first_version and candidates:
+                raise version_appeared(writes[i].key)
             decisions[i] = state_rules.decide_upload(
                 upload.parsed.serial, upload.sha256, candidates,
                 candidates[-1] if candidates else None)

@@ -68,6 +68,11 @@ LOCK_HOLDER = (
 # A state's row (and its tenant's) for a first write.
 CREATE_STATE_ROW = "SELECT kl_create_state(%(tenant)s, %(path)s, %(now)s)"
 
+# A state's row, held until the transaction ends against a delete (which
+# locks it FOR UPDATE), while writers and lockers go on.
+SHARE_STATE_ROW = ("SELECT id FROM states WHERE tenant_id = %(tenant)s AND path = %(path)s"
+                   " FOR SHARE")
+
 # Writers of one state are serialised on its row.
 LOCK_STATE_ROW = "SELECT id FROM states WHERE tenant_id = %(tenant)s AND path = %(path)s FOR UPDATE"
 

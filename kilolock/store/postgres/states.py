@@ -169,16 +169,50 @@ class PostgresStates:
 
         return ensureDeferred(acquire())
 
+    def acquire_lock_if_exists(self, key: StateKey, info: LockInfo,
+                               principal: Principal) -> Deferred[bool | None]:
+        """Lock C{key} as L{acquire_lock} does when its state exists.  The
+        state's row is locked FOR SHARE first (a delete waits), so the LOCK
+        never finds it missing and creates it.
+
+        @return: a Deferred firing with True, False (see L{acquire_lock}) or
+            None (no such state; nothing changed)."""
+        async def acquire() -> bool | None:
+            found = await self._runner.run_interaction(self._lock_existing_txn, key, info,
+                                                       principal)
+            if found is None:
+                return None
+            taken, holder_id, holder_info = found
+            if taken is None:
+                raise ServiceUnavailable("the lock kept changing hands; retry", retry_after=1)
+            if taken:
+                self._remember(key, info.id, info.raw)
+                return True
+            return state_rules.decide_lock(info.id, rows.holder((holder_id, holder_info)))
+
+        return ensureDeferred(acquire())
+
     async def _lock_txn(self, cursor: Any, key: StateKey, info: LockInfo,
-                        principal: Principal) -> tuple[bool | None, str | None, str | None]:
+                        principal: Principal, *,
+                        commit: bool = True) -> tuple[bool | None, str | None, str | None]:
         now = self._clock()
         _, params = event_parameters(key.tenant, LOCK_ACQUIRE, principal.name, key.path, now,
                                      lock_id=info.id, detail=lock_detail(info, principal))
         await cursor.execute(statements.LOCK, {**params, "info": info.raw,
                                                "token_digest": principal.oidc_token_digest},
-                             commit=True)
+                             commit=commit)
         taken, holder_id, holder_info = cursor.fetchone()
         return taken, holder_id, holder_info
+
+    async def _lock_existing_txn(self, cursor: Any, key: StateKey, info: LockInfo,
+                                 principal: Principal,
+                                 ) -> tuple[bool | None, str | None, str | None] | None:
+        await cursor.execute(statements.SHARE_STATE_ROW,
+                             {"tenant": key.tenant, "path": key.path})
+        if cursor.fetchone() is None:
+            return None
+        # Not committed with the statement: its row is the answer.
+        return await self._lock_txn(cursor, key, info, principal, commit=False)
 
     def _remember(self, key: StateKey, lock_id: str, info: bytes) -> None:
         self._held[(key, lock_id)] = info

@@ -220,6 +220,10 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
                      principal: Principal) -> Deferred[bool]:
         return self._states.acquire_lock(key, info, principal)
 
+    def acquire_lock_if_exists(self, key: StateKey, info: LockInfo,
+                               principal: Principal) -> Deferred[bool | None]:
+        return self._states.acquire_lock_if_exists(key, info, principal)
+
     def release_lock(self, key: StateKey, lock_id: str | None, principal: Principal,
                      event_detail: Mapping[str, Any] | None = None,
                      ) -> Deferred[HeldLock | None]:

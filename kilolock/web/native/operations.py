@@ -19,6 +19,7 @@ import hashlib
 import json
 from typing import Any
 
+from attrs import evolve
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
@@ -114,6 +115,12 @@ class OperationListResource(Collection):
         body = await read_body(request, self.lane.reactor)
         parsed = await in_thread_if_large(self.lane.reactor, len(body), parse_operation, body)
         keys = {name: body_state(principal, name, write=True) for name in parsed.states}
+        if (isinstance(parsed, MoveRequest) and parsed.to_state is not None
+                and keys[parsed.to_state] == keys[parsed.state]):
+            # toState naming the state itself, however it is spelt (NAME or
+            # WORKSPACE_ID/ENV_PUBLIC_ID/NAME): a move within the state.
+            parsed = evolve(parsed, to_state=None)
+            keys = {parsed.state: keys[parsed.state]}
         if len({key.path for key in keys.values()}) != len(keys):
             raise InvalidField("state", "an operation names each state once")
         state_file = await self._state_file(principal, parsed, keys)

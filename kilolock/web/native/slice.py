@@ -25,26 +25,16 @@ from kilolock.web.documents import NO_STORE, json_response
 from kilolock.web.native import BASE_PATH
 from kilolock.web.native.parameters import number_arg, text_arg
 from kilolock.web.native.resource import StateSubresource
+from kilolock.web.query import query_each
 
 #: At most this many criteria in one slice.
 MAX_CRITERIA = 100
 FORMATS = ("state", "projection")
 
 
-def _all_values(request: Request, name: str) -> list[str]:
-    """Every value of C{name}, as given (addresses may hold commas)."""
-    values = (request.args or {}).get(name.encode(), [])
-    if len(values) > MAX_CRITERIA:
-        raise InvalidField(name, f"at most {MAX_CRITERIA} values of {name}")
-    try:
-        return [value.decode("utf-8") for value in values if value]
-    except UnicodeDecodeError:
-        raise InvalidField(name, f"the query parameter {name} is not valid UTF-8") from None
-
-
 def _targets(request: Request, name: str) -> tuple[Target, ...]:
     found = []
-    for value in _all_values(request, name):
+    for value in query_each(request, name, MAX_CRITERIA):
         try:
             found.append(parse_address(value))
         except InvalidAddress as error:
@@ -53,12 +43,16 @@ def _targets(request: Request, name: str) -> tuple[Target, ...]:
 
 
 def selector_of(request: Request) -> Selector:
-    """The L{Selector} a request's query names."""
+    """The L{Selector} a request's query names.
+
+    @raise InvalidField: a parameter's value is not one it takes (naming it).
+    @raise InvalidText: a value breaks a text rule (naming the parameter).
+    @raise kilolock.errors.BadRequest: nothing is selected."""
     outputs = text_arg(request, "outputs")
     if outputs not in (None, "", "true", "false"):
         raise InvalidField("outputs", "outputs is true or false")
     return Selector(modules=_targets(request, "module"),
-                    types=tuple(dict.fromkeys(_all_values(request, "type"))),
+                    types=tuple(dict.fromkeys(query_each(request, "type", MAX_CRITERIA))),
                     addresses=_targets(request, "address"), outputs=outputs == "true")
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
 import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -48,6 +47,7 @@ from kilolock.model import Principal, StateKey, rfc3339
 from kilolock.stateops import chunks
 from kilolock.stateops.interfaces import IStateOperationsStore
 from kilolock.stateops.model import Owner, UploadSession, new_upload_id
+from kilolock.text_rules import NotJSON, load_json
 from kilolock.web._base import Response, named_child, render_async
 from kilolock.web.body import in_thread_if_large, prepare_upload, read_body, verify_md5
 from kilolock.web.documents import json_response
@@ -96,10 +96,14 @@ def upload_document(session: UploadSession) -> dict[str, Any]:
 
 
 def _declaration(body: bytes, limit: int) -> tuple[str, int, str]:
-    """The state, size and SHA-256 an opening declares."""
+    """The state, size and SHA-256 an opening declares.
+
+    @raise InvalidText: the body breaks a text rule (L{kilolock.text_rules}).
+    @raise InvalidField: naming the field at fault."""
+    document: Any
     try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        document = load_json(body, "the upload declaration", "body")
+    except NotJSON:
         document = None
     if not isinstance(document, dict) or set(document) - {"state", "size", "sha256"}:
         raise InvalidField("body", 'open an upload with {"state": NAME, "size": BYTES,'
