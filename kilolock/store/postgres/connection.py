@@ -196,7 +196,8 @@ class PooledConnection(Connection):  # type: ignore[misc]
                 return result
             # The timer fired and closed the connection: say why it failed.
             if isinstance(result, Failure):
-                return Failure(ConnectTimeout())
+                return Failure(ConnectTimeout(
+                    f"no answer within {self.connect_timeout:g} s"))
             return result
 
         return attempt.addBoth(stop_timer)
@@ -274,7 +275,18 @@ class PooledConnection(Connection):  # type: ignore[misc]
         txpostgres's own C{doRead}, except that a session libpq has given up
         on without an error (an immediate shutdown: the server's FATAL
         message read, then the socket closed, so C{fileno()} is -1) is lost
-        too, instead of being watched again."""
+        too, instead of being watched again.
+
+        While the connect's poll cycle runs (C{_pollingD}), the session is
+        not usable yet by design: TLS negotiation, each password round trip
+        and libpq's move to the next host of a multi-host URL all take reads
+        before libpq's status is CONNECTION_OK.  Then this read only moves
+        the cycle on; the cycle itself says what it waits for next (reader
+        or writer: the socket may be a new one) and fires the connect's
+        Deferred, with libpq's own error when the attempt fails."""
+        if self._pollingD is not None:
+            _PollingMixin.doRead(self)
+            return None
         try:
             _PollingMixin.doRead(self)
             self.checkForNotifies()
@@ -284,6 +296,20 @@ class PooledConnection(Connection):  # type: ignore[misc]
             return ConnectionLost("the database server ended the session")
         self.reactor.addReader(self)
         return None
+
+    def connectionLost(self, reason: Failure) -> None:
+        """The reactor saw the socket fail or hang up (or L{close} ran).
+
+        During the connect's poll cycle, on a connection libpq still holds
+        open, that is libpq's to read: a refused or reset host of a
+        multi-host URL is where libpq moves on to the next one.  So the
+        cycle is only moved on (it fires the connect's Deferred when libpq
+        gives up) and the detector is not told of a death: the connect's
+        outcome decides."""
+        if self._pollingD is not None and not self._connection.closed:
+            _PollingMixin.connectionLost(self, reason)
+            return
+        super().connectionLost(reason)
 
     def close(self) -> None:
         if self._connection is None:
