@@ -33,6 +33,9 @@ from fixtures_server import (
 )
 from tcp_postgres import TcpCluster, postgres_bindir, tcp_cluster, tls_postgres_bindir
 
+from kilolock.migrate import ExitCode
+from kilolock.store.schema import SCHEMA_VERSION
+
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 SCRAM_PASSWORD = "scram-Pa55-of-the-tests"
@@ -243,6 +246,27 @@ def test_a_password_database_url_starts_and_serves(
     assert_no_secrets(server.log_text())
 
 
+def test_a_wrong_password_is_a_503_with_the_reason(
+        request: pytest.FixtureRequest, tmp_path: Path, tcp_postgres: TcpCluster) -> None:
+    """A password the server refuses: Kilolock stays up, C{/readyz} and state
+    requests answer 503 with Retry-After, C{/readyz} and the log say the
+    password was refused, and neither shows a password."""
+    database = f"postgresql://kl_scram:{WRONG_PASSWORD}@127.0.0.1:{tcp_postgres.port}/kl_scram"
+    server = start_kilolock(request, tmp_path, database)
+    status, body, retry_after = wait_unready(server, "password authentication failed")
+    assert (status, retry_after) == (503, b"5")
+    condition = database_condition(body)
+    assert condition["status"] == "False"
+    assert "127.0.0.1" not in condition["message"]  # the page names no host; the log does
+    request_reply = server.request("GET", "/v1/states/any")
+    assert request_reply.status == 503
+    log = poll_until(lambda: "cannot connect to the state database" in server.log_text()
+                     and server.log_text(), READY_TIMEOUT, "the connect failure in the log")
+    assert "password authentication failed" in log
+    assert f"127.0.0.1:{tcp_postgres.port}" in log
+    assert_no_secrets(log + json.dumps(body) + request_reply.body.decode())
+
+
 # -- several hosts: the first one down, or a read-only standby ---------------
 
 
@@ -286,6 +310,49 @@ def test_a_read_write_url_skips_a_standby_listed_first(
     assert_no_secrets(second.log_text())
 
 
+def test_only_unusable_hosts_is_a_503_naming_each(
+        request: pytest.FixtureRequest, tmp_path: Path, tcp_postgres: TcpCluster,
+        standby: TcpCluster, refusing_port: int) -> None:
+    """A URL whose every host is unusable -- one refuses connections, one is
+    a read-only standby: C{/readyz} is 503 with Retry-After and gives both
+    reasons, the log names each host and its reason, no password."""
+    database = (f"host=127.0.0.1,127.0.0.1 port={refusing_port},{standby.port}"
+                f" user=kl_scram password={SCRAM_PASSWORD} dbname=kl_scram"
+                " target_session_attrs=read-write")
+    server = start_kilolock(request, tmp_path, database)
+    status, body, retry_after = wait_unready(server, "read-only")
+    assert (status, retry_after) == (503, b"5")
+    assert "Connection refused" in database_condition(body)["message"]
+    log = poll_until(lambda: "cannot connect to the state database" in server.log_text()
+                     and server.log_text(), READY_TIMEOUT, "the connect failure in the log")
+    assert f"127.0.0.1:{refusing_port}" in log
+    assert f"127.0.0.1:{standby.port}" in log
+    assert "read-only" in log
+    assert_no_secrets(log + json.dumps(body))
+
+
+def test_kilolock_migrate_takes_a_multi_host_url(
+        tcp_postgres: TcpCluster, standby: TcpCluster, refusing_port: int) -> None:
+    """C{kilolock-migrate} on a multi-host URL whose first hosts are a stopped
+    server and a standby: it finds the primary, and says where it looked
+    without the password; with a wrong password it exits 3 and says why for
+    each host it tried (libpq tries no further host once one refused the
+    password)."""
+    hosts = (f"host=127.0.0.1,127.0.0.1,127.0.0.1"
+             f" port={refusing_port},{standby.port},{tcp_postgres.port}"
+             " user=kl_scram dbname=kl_scram target_session_attrs=read-write")
+    done = run_migrate("--database", f"{hosts} password={SCRAM_PASSWORD}")
+    assert done.returncode == ExitCode.CURRENT, done.stderr
+    assert f"schema version after: {SCHEMA_VERSION}" in done.stdout
+    assert f"127.0.0.1:{tcp_postgres.port}" in done.stdout
+    refused = run_migrate("--database", f"{hosts} password={WRONG_PASSWORD}")
+    assert refused.returncode == ExitCode.UNREACHABLE
+    assert f'port {refusing_port} failed: Connection refused' in refused.stderr
+    assert (f'port {standby.port} failed: FATAL:  password authentication failed'
+            in refused.stderr)
+    assert_no_secrets(done.stdout + done.stderr + refused.stdout + refused.stderr)
+
+
 # -- TLS: sslmode -----------------------------------------------------------------
 
 
@@ -315,3 +382,21 @@ def test_each_sslmode_starts_and_serves(
     assert_serves(server, f"tls-{sslmode}")
     assert kilolock_ssl_use(tls_postgres, "kl_scram") == {uses_tls}
     assert_no_secrets(server.log_text())
+
+
+def test_verify_full_with_another_ca_is_a_503_with_the_reason(
+        request: pytest.FixtureRequest, tmp_path: Path, tls_postgres: TcpCluster) -> None:
+    """C{sslmode=verify-full} with a CA that did not sign the server's
+    certificate: no connection, a 503 whose C{/readyz} reason and log line
+    say the certificate was not verified."""
+    from tls_material import make_certificates
+
+    other = make_certificates(tmp_path / "other-ca")
+    database = f"{scram_url(tls_postgres.port)}?sslmode=verify-full&sslrootcert={other.ca_path}"
+    server = start_kilolock(request, tmp_path, database)
+    status, body, retry_after = wait_unready(server, "certificate verify failed")
+    assert (status, retry_after) == (503, b"5")
+    log = poll_until(lambda: "cannot connect to the state database" in server.log_text()
+                     and server.log_text(), READY_TIMEOUT, "the connect failure in the log")
+    assert "certificate verify failed" in log
+    assert_no_secrets(log + json.dumps(body))

@@ -7,10 +7,13 @@ C{kilolock-migrate} all rely on the same ones.  Nothing here imports Twisted.
 
 from __future__ import annotations
 
+import re
+
 import psycopg2
 from psycopg2.extensions import make_dsn, parse_dsn
 
-__all__ = ["CONNECT_TIMEOUT", "STATEMENT_TIMEOUT", "connection_string"]
+__all__ = ["CONNECT_TIMEOUT", "STATEMENT_TIMEOUT", "connect_failure", "connection_string",
+           "describe", "without_places"]
 
 #: Seconds to open one connection before giving up on it.
 CONNECT_TIMEOUT = 5.0
@@ -48,3 +51,41 @@ def connection_string(database_url: str, *, statement_timeout: float = STATEMENT
                         ("keepalives_interval", "5"), ("keepalives_count", "3")):
         params.setdefault(name, value)
     return str(make_dsn(**params))
+
+
+def describe(dsn: str) -> str:
+    """Where a connection string points, without its password: the database
+    and every host libpq tries, in order (C{host:port}, a unix socket
+    directory as it is), e.g. C{database kl on 10.0.0.5:5432, 10.0.0.6:5432}.
+    """
+    params = parse_dsn(dsn)
+    hosts = (params.get("host") or params.get("hostaddr") or "localhost").split(",")
+    ports = (params.get("port") or "").split(",")
+    if len(ports) == 1:
+        ports = ports * len(hosts)  # one port: every host's
+    places = []
+    for index, host in enumerate(hosts):
+        host = host or "localhost"
+        port = ports[index] if index < len(ports) else ""
+        places.append(host if host.startswith("/") or not port else f"{host}:{port}")
+    return f"database {params.get('dbname') or params.get('user') or '?'} on {', '.join(places)}"
+
+
+def connect_failure(error: BaseException) -> str:
+    """Why opening a connection failed, on one line: libpq's reason for each
+    host it tried (libpq's indented hint lines left out), joined with
+    C{"; "}.  libpq never repeats a password."""
+    lines = [line.strip() for line in str(error).splitlines()
+             if line.strip() and not line[:1].isspace()]
+    return "; ".join(lines) or type(error).__name__
+
+
+#: The "which server" prefix of each of libpq's connection failure lines.
+_PLACE = re.compile(r'connection to server (?:at "[^"]*"(?: \([^)]*\))?, port \d+'
+                    r'|on socket "[^"]*") failed: ')
+
+
+def without_places(reason: str) -> str:
+    """A L{connect_failure} without the hosts, ports and sockets it names
+    (for an unauthenticated page; the log has them)."""
+    return _PLACE.sub("", reason)
