@@ -17,6 +17,7 @@ from kilolock.store.postgres.dsn import (
     connect_failure,
     connection_string,
     describe,
+    host_attempts,
     without_places,
 )
 
@@ -100,3 +101,36 @@ def test_without_places_drops_any_host(host: str, port: str, reason: str) -> Non
     and drops where it was tried."""
     line = f'connection to server at "{host}", port {port} failed: {reason}'
     assert without_places(line) == reason
+
+
+@given(hosts=st.lists(host_names, min_size=2, max_size=4), port=ports, password=passwords,
+       one_port=st.booleans())
+def test_host_attempts_name_one_host_each_in_order(
+        hosts: list[str], port: str, password: str, one_port: bool) -> None:
+    """A multi-host string becomes one string per host, in order, each with
+    that host and its port (or the one port of all) and every other setting
+    of the original (password, target_session_attrs) unchanged."""
+    host_ports = [port if one_port else str(1000 + index) for index in range(len(hosts))]
+    dsn = make_dsn(host=",".join(hosts), port=port if one_port else ",".join(host_ports),
+                   user="kl", password=password, dbname="kl",
+                   target_session_attrs="read-write")
+    attempts = host_attempts(dsn)
+    assert [parse_dsn(attempt.dsn)["host"] for attempt in attempts] == hosts
+    assert [parse_dsn(attempt.dsn)["port"] for attempt in attempts] == host_ports
+    for attempt, host, host_port in zip(attempts, hosts, host_ports, strict=True):
+        params = parse_dsn(attempt.dsn)
+        assert (params["password"], params["target_session_attrs"]) == (password,
+                                                                         "read-write")
+        assert attempt.place == f'connection to server at "{host}", port {host_port}'
+        assert password not in attempt.place
+
+
+@pytest.mark.parametrize("dsn", [
+    "host=db.example port=5432 dbname=kl",
+    "postgresql://kl@db.example/kl",
+    "host=a,b port=1,2,3 dbname=kl",  # libpq refuses it and says why
+])
+def test_one_host_or_unmatched_lists_are_left_whole(dsn: str) -> None:
+    """One host, or host and port lists libpq cannot pair: one attempt, the
+    string as it is."""
+    assert [attempt.dsn for attempt in host_attempts(dsn)] == [dsn]

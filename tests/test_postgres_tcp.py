@@ -114,6 +114,17 @@ def refusing_port() -> Iterator[int]:
         yield int(held.getsockname()[1])
 
 
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port of 127.0.0.1 that takes connections and never answers (a
+    listening socket nobody accepts from): a server whose machine hangs, or
+    whose packets are dropped."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(64)
+        yield int(listening.getsockname()[1])
+
+
 def scram_url(port: int) -> str:
     return f"postgresql://kl_scram:{SCRAM_PASSWORD}@127.0.0.1:{port}/kl_scram"
 
@@ -280,6 +291,20 @@ def test_a_multi_host_url_skips_a_stopped_server(
     server = start_kilolock(request, tmp_path, database)
     wait_ready(server)
     assert_serves(server, "multi-host-dead-first")
+    assert_no_secrets(server.log_text())
+
+
+def test_a_multi_host_url_leaves_a_silent_server_after_the_connect_timeout(
+        request: pytest.FixtureRequest, tmp_path: Path, tcp_postgres: TcpCluster,
+        silent_port: int) -> None:
+    """The first host takes the connection and never answers: after the
+    connect timeout (5 s) Kilolock moves on to the second host, as libpq
+    does when it connects blocking, and starts."""
+    database = (f"host=127.0.0.1,127.0.0.1 port={silent_port},{tcp_postgres.port}"
+                f" user=kl_scram password={SCRAM_PASSWORD} dbname=kl_scram")
+    server = start_kilolock(request, tmp_path, database)
+    wait_ready(server)
+    assert_serves(server, "multi-host-silent-first")
     assert_no_secrets(server.log_text())
 
 
