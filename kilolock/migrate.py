@@ -66,14 +66,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import psycopg2
-from psycopg2.extensions import parse_dsn
 
 from kilolock.atrest.errors import KeyFileError
 from kilolock.atrest.keyfile import load_key_file
 from kilolock.atrest.keyring import KeyRing
 from kilolock.migrate_jobs import recover_from_database, recover_from_dump, row_job, status
 from kilolock.row_migrations import JOBS
-from kilolock.store.postgres.dsn import connection_string
+from kilolock.store.postgres.dsn import connect_failure, connection_string, describe
 from kilolock.store.schema import SCHEMA_VERSION, SchemaTooNew, ensure_schema_blocking
 
 __all__ = ["ExitCode", "main", "run"]
@@ -159,15 +158,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def describe(database_url: str) -> str:
-    """Where C{database_url} points, without its password."""
-    params = parse_dsn(database_url)
-    host = params.get("host") or "localhost"
-    port = params.get("port")
-    place = f"{host}:{port}" if port and not host.startswith("/") else host
-    return f"database {params.get('dbname') or params.get('user') or '?'} on {place}"
-
-
 def _connection_string(database_url: str) -> str:
     """C{database_url} with a connect timeout and no statement timeout (a
     long upgrade is not a stuck request)."""
@@ -187,7 +177,7 @@ def connected(database_url: str, out: TextIO,
     try:
         connection = psycopg2.connect(dsn)
     except psycopg2.Error as error:
-        print(f"kilolock-migrate: cannot connect: {_first_line(error)}", file=sys.stderr)
+        print(f"kilolock-migrate: cannot connect: {connect_failure(error)}", file=sys.stderr)
         return ExitCode.UNREACHABLE
     try:
         return action(connection)

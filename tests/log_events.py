@@ -11,8 +11,9 @@ from twisted.logger import globalLogPublisher
 
 #: What the PostgreSQL store logs when a call runs into its deadline.
 DEADLINE_EXCEEDED = "a state database call exceeded {seconds} s"
-#: What it logs when opening its pool fails (C{kind}: the error's class).
-CANNOT_CONNECT = "cannot connect to the state database: {kind}: {reason}"
+#: What it logs when opening its pool fails (C{where}: the hosts tried;
+#: C{kind}: the error's class).
+CANNOT_CONNECT = "cannot connect to the state database ({where}): {kind}: {reason}"
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import psycopg2
 from psycopg2.extensions import new_type, register_type
-from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
+from twisted.internet.defer import CancelledError, Deferred, ensureDeferred, maybeDeferred
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -22,7 +22,12 @@ from txpostgres.reconnection import ConnectionDead, DeadConnectionDetector
 from txpostgres.retrying import simpleBackoffIterator
 from txpostgres.txpostgres import Connection, RollbackFailed, _PollingMixin
 
-from kilolock.store.postgres.dsn import CONNECT_TIMEOUT
+from kilolock.store.postgres.dsn import (
+    CONNECT_TIMEOUT,
+    HostAttempt,
+    connect_failure,
+    host_attempts,
+)
 from kilolock.store.postgres.prepared import PreparedSQL
 
 __all__ = ["BYTEA_AS_HEX", "UNREACHABLE", "ConnectTimeout", "PooledConnection",
@@ -171,9 +176,10 @@ class _BeginWithFirstStatement:
 
 
 class PooledConnection(Connection):  # type: ignore[misc]
-    """A txpostgres connection whose connect attempt is abandoned after
-    C{connect_timeout} seconds (libpq ignores C{connect_timeout} in
-    asynchronous mode) and which can be closed in any state."""
+    """A txpostgres connection that tries the hosts of a multi-host URL one
+    at a time, abandons each after C{connect_timeout} seconds (libpq ignores
+    C{connect_timeout} in asynchronous mode), and can be closed in any
+    state."""
 
     connect_timeout = CONNECT_TIMEOUT
     detector: ReconnectingDetector
@@ -183,8 +189,37 @@ class PooledConnection(Connection):  # type: ignore[misc]
     #: Whether this session prepared them.
     prepared = False
 
-    def connect(self, *args: Any, **kwargs: Any) -> Deferred[Any]:
-        attempt: Deferred[Any] = super().connect(*args, **kwargs)
+    def connect(self, dsn: str) -> Deferred[Any]:
+        """Open the session on the first host of C{dsn} that takes it
+        (L{host_attempts}: one at a time, C{connect_timeout} seconds each, as
+        libpq gives each host when it connects blocking).
+
+        @return: a Deferred firing when the session is open, or failing with
+            the host's failure -- for several hosts, an C{OperationalError}
+            with libpq's reason for each, one line per host."""
+        attempts = host_attempts(dsn)
+        if len(attempts) == 1:
+            return self._connect_to(dsn)
+        return ensureDeferred(self._connect_to_one_of(dsn, attempts))
+
+    async def _connect_to_one_of(self, dsn: str, attempts: list[HostAttempt]) -> Any:
+        failures = []
+        try:
+            for attempt in attempts:
+                try:
+                    return await self._connect_to(attempt.dsn)
+                except (psycopg2.OperationalError, ConnectTimeout, ConnectionDone) as error:
+                    failures.append(f"{attempt.place} failed: {connect_failure(error)}")
+                    self._discard_attempt()
+        finally:
+            # Each attempt registered its own host's string; reconnecting
+            # tries every host again.
+            self.detector.setReconnectable(self, dsn)
+        raise psycopg2.OperationalError("\n".join(failures))
+
+    def _connect_to(self, dsn: str) -> Deferred[Any]:
+        """One connect of libpq's, given up after C{connect_timeout} seconds."""
+        attempt: Deferred[Any] = super().connect(dsn)
         attempt.addCallback(self._connected)
         if attempt.called:
             return attempt
@@ -196,7 +231,8 @@ class PooledConnection(Connection):  # type: ignore[misc]
                 return result
             # The timer fired and closed the connection: say why it failed.
             if isinstance(result, Failure):
-                return Failure(ConnectTimeout())
+                return Failure(ConnectTimeout(
+                    f"no answer within {self.connect_timeout:g} s"))
             return result
 
         return attempt.addBoth(stop_timer)
@@ -231,7 +267,20 @@ class PooledConnection(Connection):  # type: ignore[misc]
         return running.addCallbacks(prepared, not_prepared)
 
     def _abandon_connect(self) -> None:
-        self.close()
+        """Give up the connect under way: its poll cycle fails (the
+        connect's outcome: a timed-out attempt is not a dead session for
+        the detector, and the next host may follow)."""
+        self._discard_attempt()
+        if self._pollingD is not None:
+            _PollingMixin.connectionLost(self, Failure(ConnectionDone()))
+
+    def _discard_attempt(self) -> None:
+        """Stop watching the socket of a connect attempt and close libpq's
+        connection, without telling the detector."""
+        self.reactor.removeReader(self)
+        self.reactor.removeWriter(self)
+        if self._connection is not None and not self._connection.closed:
+            self._connection.close()
 
     def _runInteraction(self, interaction: Callable[..., Any], *args: Any,
                         **kwargs: Any) -> Deferred[Any]:
@@ -274,7 +323,18 @@ class PooledConnection(Connection):  # type: ignore[misc]
         txpostgres's own C{doRead}, except that a session libpq has given up
         on without an error (an immediate shutdown: the server's FATAL
         message read, then the socket closed, so C{fileno()} is -1) is lost
-        too, instead of being watched again."""
+        too, instead of being watched again.
+
+        While the connect's poll cycle runs (C{_pollingD}), the session is
+        not usable yet by design: TLS negotiation, each password round trip
+        and libpq's move to the next host of a multi-host URL all take reads
+        before libpq's status is CONNECTION_OK.  Then this read only moves
+        the cycle on; the cycle itself says what it waits for next (reader
+        or writer: the socket may be a new one) and fires the connect's
+        Deferred, with libpq's own error when the attempt fails."""
+        if self._pollingD is not None:
+            _PollingMixin.doRead(self)
+            return None
         try:
             _PollingMixin.doRead(self)
             self.checkForNotifies()
@@ -284,6 +344,20 @@ class PooledConnection(Connection):  # type: ignore[misc]
             return ConnectionLost("the database server ended the session")
         self.reactor.addReader(self)
         return None
+
+    def connectionLost(self, reason: Failure) -> None:
+        """The reactor saw the socket fail or hang up (or L{close} ran).
+
+        During the connect's poll cycle, on a connection libpq still holds
+        open, that is libpq's to read: a refused or reset host of a
+        multi-host URL is where libpq moves on to the next one.  So the
+        cycle is only moved on (it fires the connect's Deferred when libpq
+        gives up) and the detector is not told of a death: the connect's
+        outcome decides."""
+        if self._pollingD is not None and not self._connection.closed:
+            _PollingMixin.connectionLost(self, reason)
+            return
+        super().connectionLost(reason)
 
     def close(self) -> None:
         if self._connection is None:

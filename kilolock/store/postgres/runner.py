@@ -47,7 +47,14 @@ from kilolock.model import StoreProbe
 from kilolock.store.embedded import EmbeddedPostgres
 from kilolock.store.postgres.blocking import BlockingSession, register_casters
 from kilolock.store.postgres.connection import BYTEA_AS_HEX, UNREACHABLE, ConnectTimeout
-from kilolock.store.postgres.dsn import CONNECT_TIMEOUT, STATEMENT_TIMEOUT, connection_string
+from kilolock.store.postgres.dsn import (
+    CONNECT_TIMEOUT,
+    STATEMENT_TIMEOUT,
+    connect_failure,
+    connection_string,
+    describe,
+    without_places,
+)
 from kilolock.store.postgres.pool import ResilientPool, Ticket
 from kilolock.store.postgres.refusals import INPUT_ERRORS, input_refusal
 from kilolock.store.schema import (
@@ -140,6 +147,9 @@ class TransactionRunner:
         self._refusal_logged_at: float | None = None
         #: Why the last pool was refused (answered until the next attempt).
         self._refusal: EncryptionKeysRefused | None = None
+        #: Why the last attempt to open a pool could not connect (None
+        #: once one connects).
+        self._connect_failure: str | None = None
         self._stopped = False
         self._in_flight = 0
         self._idle_waiters: list[Deferred[None]] = []
@@ -204,9 +214,13 @@ class TransactionRunner:
                 if not isinstance(error, (*UNREACHABLE, KilolockError)):
                     log.failure("the database probe failed unexpectedly")
                 self._note_reachable(False, error)
-                message = ("the encryption keys do not open the stored versions"
-                           if isinstance(error, EncryptionKeysRefused)
-                           else "PostgreSQL does not answer")
+                if isinstance(error, EncryptionKeysRefused):
+                    message = "the encryption keys do not open the stored versions"
+                elif self._connect_failure is not None:
+                    message = ("cannot connect to PostgreSQL:"
+                               f" {without_places(self._connect_failure)}")
+                else:
+                    message = "PostgreSQL does not answer"
                 return StoreProbe(reachable=False, message=message,
                                   expected_schema_version=SCHEMA_VERSION)
             self._note_reachable(True)
@@ -283,10 +297,12 @@ class TransactionRunner:
                 self._log_refusal(error)
                 raise
             if isinstance(error, (*UNREACHABLE, ConnectTimeout, ServiceUnavailable)):
+                self._connect_failure = connect_failure(error)
                 self._log_connect_failure(error)
                 raise ServiceUnavailable(retry_after=RETRY_AFTER) from None
             raise
         self._connect_failure_logged_at = None
+        self._connect_failure = None
         self._refusal = None
         self._note_reachable(True)
         return pool
@@ -301,15 +317,16 @@ class TransactionRunner:
 
     def _log_connect_failure(self, error: BaseException) -> None:
         """Log why connecting failed: at the first failure, then once a minute.
-        libpq's first line says what was tried (host or socket, never the
-        password)."""
+        The line says where (every host tried) and libpq's reason for each
+        (never the password)."""
         now = self._reactor.seconds()
         logged = self._connect_failure_logged_at
         if logged is None or now - logged >= 60:
             self._connect_failure_logged_at = now
-            log.warn("cannot connect to the state database: {kind}: {reason}",
-                     kind=type(error).__name__,
-                     reason=(str(error).strip().splitlines() or [""])[0])
+            assert self._dsn is not None
+            log.warn("cannot connect to the state database ({where}): {kind}: {reason}",
+                     where=describe(self._dsn), kind=type(error).__name__,
+                     reason=connect_failure(error))
 
     # -- running transactions ---------------------------------------------
 
