@@ -1,9 +1,11 @@
 """The commands of C{kilolock-migrate} beyond the schema upgrade: C{status}
-(what the version rows hold: codecs, key ids, tombstones), the row jobs of
+(what the version rows hold: codecs, key ids, tombstones; and the chunks of
+upload sessions in progress), the row jobs of
 L{kilolock.row_migrations} (C{rotate-keys}, C{encrypt-versions},
 C{decrypt-versions}, C{compress-versions}) and C{recover}
-(L{kilolock.recover}).  Each runs on a psycopg2 connection that
-L{kilolock.migrate} opened; blocking code, for the command line only.
+(L{kilolock.recover}).  Each runs
+on a psycopg2 connection that L{kilolock.migrate} opened; blocking code,
+for the command line only.
 Nothing printed holds a secret or a state's bytes.
 """
 
@@ -29,18 +31,29 @@ FROM state_versions v GROUP BY v.codec, v.kek_id ORDER BY v.codec, v.kek_id NULL
 """
 
 
+_CHUNK_STATUS = """
+SELECT c.kek_id, count(*), coalesce(sum(octet_length(c.data)), 0)
+FROM upload_chunks c GROUP BY c.kek_id ORDER BY c.kek_id NULLS FIRST
+"""
+
+
 def status(connection: Any, out: TextIO) -> int:
     """Print how many version rows each codec and key id has, and their
-    stored bytes."""
+    stored bytes; then the chunks of upload sessions in progress by key id."""
     with connection, connection.cursor() as cursor:
         cursor.execute(_STATUS)
         found = cursor.fetchall()
+        cursor.execute(_CHUNK_STATUS)
+        chunks = cursor.fetchall()
     print(f"{'CODEC':<12} {'KEY ID':<24} {'VERSIONS':>10} {'STORED BYTES':>14}", file=out)
     for codec, kek_id, count, stored in found:
         print(f"{codec:<12} {kek_id or '(not encrypted)':<24} {count:>10} {stored:>14}",
               file=out)
     if not found:
         print("(no versions)", file=out)
+    for kek_id, count, stored in chunks:
+        print(f"{'upload chunk':<12} {kek_id or '(not encrypted)':<24} {count:>10} {stored:>14}",
+              file=out)
     return OK
 
 
@@ -61,12 +74,12 @@ def row_job(connection: Any, name: str, keys: KeyRing | None, out: TextIO,
     report = run_job(connection, job, keys, progress, batch)
     progress.finish()
     print(f"changed: {report.changed}", file=out)
-    if report.unchanged - len(report.failed):
-        print(f"left as they are (zstd does not shrink them): "
-              f"{report.unchanged - len(report.failed)}", file=out)
-    for tenant, path, number, reason in report.failed:
-        print(f"FAILED: tenant {tenant} state {path} version {number}: {reason}",
-              file=sys.stderr)
+    if job.chunk_where is not None:
+        print(f"chunks of upload sessions changed: {report.chunks_changed}", file=out)
+    if report.unchanged:
+        print(f"left as they are (zstd does not shrink them): {report.unchanged}", file=out)
+    for what, reason in report.failed:
+        print(f"FAILED: {what}: {reason}", file=sys.stderr)
     if report.remaining:
         print(f"kilolock-migrate: {report.remaining} rows still to do (in use during the run,"
               " or written meanwhile by a server with an older configuration): run the"
