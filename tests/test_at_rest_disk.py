@@ -7,7 +7,10 @@ decompressed):
     abandoned one) show the secret nowhere: not in a pg_dump taken mid-upload,
     not in the data directory once the sessions are over -- dead rows and
     the WAL included; the same steps without keys show it (so the check
-    can fail).
+    can fail);
+  - a purged version's bytes stay in the tables' files until
+    C{kilolock-migrate vacuum-purged}, and are gone from them after it (the
+    WAL keeps them, as docs/at-rest.md says).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from at_rest_support import secret as new_key
 from at_rest_support import write_key_file
 from disk_scan import ScanCluster, ScanDatabase, Secret
 from fixtures_server import KilolockServer, StoreLaunch
+from test_migrate import migrate
 
 pytestmark = pytest.mark.postgres
 
@@ -131,3 +135,33 @@ def test_without_keys_the_same_scan_finds_the_chunks_and_the_version(
     assert table_files == {"raw", "zstd"}
     assert any(path.startswith("pg_wal/") for path in files)
 
+
+def test_a_purged_version_leaves_the_table_files_with_vacuum_purged(
+        kilolock_server_factory: Any, scan_cluster: ScanCluster,
+        scan_database: ScanDatabase) -> None:
+    """A version that leaked a secret in an attribute not marked sensitive
+    (so in its payload and in the projection rows it had), then a version
+    without it, then the purge: the tables' files still hold the secret
+    (the rows PostgreSQL keeps until VACUUM); after `kilolock-migrate
+    vacuum-purged` they hold it nowhere, as they are or in a zstd frame.
+    The WAL still does (docs/at-rest.md: WAL and backups keep it longer)."""
+    server = kilolock_server_factory()
+    secret = Secret.new()
+    leaked = state_holding(secret, 1, sensitive=False)
+    clean = state_holding(Secret.new(), 2, sensitive=False)
+    for raw in (leaked, clean):
+        assert server.with_body("POST", "/v1/states/prod", raw).status == 200
+    purged = server.request("POST", f"{NATIVE}/states/prod/-/versions/1/purge",
+                            b'{"reason": "leaked the password"}', JSON)
+    assert purged.status == 200, purged.body
+    tables = f"base/{scan_database.oid}"
+    assert scan_cluster.compressed_or_out_of_line(scan_database) == []
+    before = scan_cluster.files_holding(secret, under=(tables,))
+    assert {how for hows in before.values() for how in hows} == {"raw", "zstd"}
+    vacuumed = migrate("vacuum-purged", "--database", scan_database.dsn)
+    assert vacuumed.returncode == 0, vacuumed.stderr
+    assert "state_versions: " in vacuumed.stdout and "resources: " in vacuumed.stdout
+    assert scan_cluster.files_holding(secret, under=(tables,)) == {}
+    assert scan_cluster.files_holding(secret, under=("pg_wal",))
+    assert server.request("GET", "/v1/states/prod").body == clean
+    assert server.request("GET", f"{NATIVE}/states/prod/-/versions/1").status == 410
