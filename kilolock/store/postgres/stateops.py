@@ -309,6 +309,8 @@ def _chunk_records(records: bytes, session: UploadSession,
         data_key = None
         if key_length >= 0:
             data_key, at = bytes(view[at:at + key_length]), at + key_length
+        if at + _DATA_LENGTH.size > len(view):
+            return None
         (data_length,) = _DATA_LENGTH.unpack_from(view, at)
         at += _DATA_LENGTH.size
         data, at = view[at:at + data_length], at + data_length
