@@ -324,7 +324,10 @@ class EncryptionKeysRefused(ServiceUnavailable):
     """The store cannot serve: the database holds versions the configured
     encryption keys cannot open (or keys are needed and none are configured).
     The message (logged at start) says which key id and what to do; clients
-    get a 503 until the configuration is fixed and the server restarted."""
+    get a 503 until the keys open what the database holds: the server
+    restarted with the right key file, or (no key file) the encrypted
+    versions decrypted by C{kilolock-migrate decrypt-versions} -- the store
+    checks again at the next request a second after a refusal."""
 
     code = "encryption_keys_refused"
 

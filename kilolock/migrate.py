@@ -7,6 +7,7 @@ maintenance of its version rows.
     kilolock-migrate encrypt-versions --encryption-keys FILE [--batch N] [WHERE]
     kilolock-migrate decrypt-versions --encryption-keys FILE [--batch N] [WHERE]
     kilolock-migrate compress-versions [--encryption-keys FILE] [--batch N] [WHERE]
+    kilolock-migrate vacuum-purged [--lock-timeout SECONDS] [WHERE]
     kilolock-migrate recover --out DIR [--encryption-keys FILE] [--tenant T] [--state PATH]
                              (--dump FILE | WHERE)
 
@@ -25,6 +26,10 @@ stopped.  C{rotate-keys} rewraps every data key under the key file's
 active key (payloads untouched); C{encrypt-versions} and
 C{decrypt-versions} turn encryption on or off for the rows already stored;
 C{compress-versions} compresses rows stored before compression.
+C{vacuum-purged} rewrites the tables that hold state bytes (VACUUM FULL,
+one table at a time, each locked while it is rewritten): the bytes of
+purged and pruned versions, left behind by PostgreSQL's MVCC, leave the
+data files (not the WAL: see docs/at-rest.md).
 C{recover} (L{kilolock.recover}) needs no running Kilolock: it writes every
 version out of a C{pg_dump} file or the database, each checked against its
 sha256 (it reads; it never changes the database or its schema).
@@ -49,7 +54,8 @@ Exit codes (L{ExitCode}):
   - 3: the database cannot be reached, or the embedded PostgreSQL does not start;
   - 4: the upgrade failed (rolled back: the database is as it was);
   - 5: a job left rows to do (busy, or written meanwhile), or rows could not
-    be read (each named on stderr): run it again, or see why.
+    be read (each named on stderr), or C{vacuum-purged} could not lock a
+    table: run it again, or see why.
 
 Blocking code: a command-line tool, never imported by the server.  Nothing
 printed repeats a password, a key or a state's bytes.
@@ -70,7 +76,13 @@ import psycopg2
 from kilolock.atrest.errors import KeyFileError
 from kilolock.atrest.keyfile import load_key_file
 from kilolock.atrest.keyring import KeyRing
-from kilolock.migrate_jobs import recover_from_database, recover_from_dump, row_job, status
+from kilolock.migrate_jobs import (
+    recover_from_database,
+    recover_from_dump,
+    row_job,
+    status,
+    vacuum_purged,
+)
 from kilolock.row_migrations import JOBS
 from kilolock.store.postgres.dsn import connect_failure, connection_string, describe
 from kilolock.store.schema import SCHEMA_VERSION, SchemaTooNew, ensure_schema_blocking
@@ -81,6 +93,10 @@ __all__ = ["ExitCode", "main", "run"]
 CONNECT_TIMEOUT = 10
 
 DEFAULT_DATA_DIR = "./kilolock-data"
+
+#: Seconds C{vacuum-purged} waits for a table's lock: while it waits, every
+#: request that needs the table waits behind it.
+DEFAULT_LOCK_TIMEOUT = 10.0
 
 
 class ExitCode(enum.IntEnum):
@@ -96,7 +112,8 @@ class ExitCode(enum.IntEnum):
 
 _EPILOG = ("Exit codes: 0 current, 1 database newer than this Kilolock, 2 usage error,"
            " 3 database unreachable, 4 upgrade failed (rolled back), 5 rows left to do or"
-           " unreadable (after a job, 0 means done).  See docs/at-rest.md.")
+           " unreadable, or a table it could not lock (after a job, 0 means done).  See"
+           " docs/at-rest.md.")
 
 
 def _where(parser: argparse.ArgumentParser, suppress: bool) -> None:
@@ -144,6 +161,15 @@ def _parser() -> argparse.ArgumentParser:
         job.add_argument("--batch", type=int, default=None, metavar="N",
                          help=f"rows per transaction (default {JOBS[name].batch})")
         _where(job, True)
+    vacuum = _command(commands, "vacuum-purged",
+                      "rewrite the tables that hold state bytes, so that the bytes of purged"
+                      " and pruned versions leave PostgreSQL's data files (each table is"
+                      " locked while it is rewritten)")
+    vacuum.add_argument("--lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT,
+                        metavar="SECONDS",
+                        help="give up on a table whose lock is not had within this time"
+                             f" (default {DEFAULT_LOCK_TIMEOUT:g})")
+    _where(vacuum, True)
     recover = _command(commands, "recover", "write every version out of a pg_dump file or"
                                             " the database, each checked against its sha256")
     recover.add_argument("--out", required=True, metavar="DIR",
@@ -268,6 +294,8 @@ def _action(args: argparse.Namespace, keys: KeyRing | None,
             return upgraded
         if command == "status":
             return ExitCode(status(connection, out))
+        if command == "vacuum-purged":
+            return ExitCode(vacuum_purged(connection, out, args.lock_timeout))
         return ExitCode(row_job(connection, command, keys, out, args.batch))
 
     return act
@@ -288,6 +316,10 @@ def run(argv: Sequence[str], environ: Mapping[str, str] = os.environ,
         return ExitCode.USAGE
     if getattr(args, "batch", None) is not None and args.batch < 1:
         print("kilolock-migrate: --batch must be a whole number from 1", file=sys.stderr)
+        return ExitCode.USAGE
+    if not 0 < getattr(args, "lock_timeout", 1) < 86400:
+        print("kilolock-migrate: --lock-timeout must be a number of seconds above 0",
+              file=sys.stderr)
         return ExitCode.USAGE
     if args.command == "recover" and args.dump:
         return ExitCode(recover_from_dump(Path(args.dump), keys, Path(args.out), args.tenant,

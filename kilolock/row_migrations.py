@@ -21,6 +21,12 @@ decrypting seal or open the compressed payload as it is, never
 recompressing.  Compressing writes a full zstd snapshot (sealed again under
 a fresh data key when the row was encrypted).
 
+Rotating, encrypting and decrypting then do the same to the chunks of the
+upload sessions in progress (C{upload_chunks}, in (session, offset) order,
+sealed as versions are: L{kilolock.atrest.chunks}), so that after a
+rotation no data key is wrapped under the old key anywhere, and after
+decrypting a server without keys can commit every session.
+
 Blocking code, for the command line only; nothing printed holds a secret.
 """
 
@@ -31,8 +37,9 @@ from typing import IO, Any
 
 from attrs import field, frozen
 
+from kilolock.atrest.chunks import StoredChunk, open_chunk, seal_chunk
 from kilolock.atrest.compression import Codec, compress_version
-from kilolock.atrest.envelope import VersionColumns, WrappedKey
+from kilolock.atrest.envelope import ChunkIdentity, VersionColumns, WrappedKey
 from kilolock.atrest.errors import StoredVersionUnreadable
 from kilolock.atrest.keyring import KeyRing
 from kilolock.atrest.stored import StoredPayload, decode_version, decrypt_stored, encrypt_stored
@@ -59,13 +66,34 @@ class Change:
     kek_id: str | None
 
 
+@frozen
+class ChunkRow:
+    """A candidate chunk of an upload session: what it is bound to, and its
+    wrapped data key (None: not sealed)."""
+
+    identity: ChunkIdentity
+    data_key: bytes | None
+
+
+@frozen
+class ChunkChange:
+    """The columns a job sets on a chunk (C{data} None: it stays as it is)."""
+
+    data: bytes | None
+    data_key: bytes | None
+    kek_id: str | None
+
+
 Transform = Callable[[Row, Callable[[], bytes], KeyRing | None], "Change | None"]
+ChunkTransform = Callable[[ChunkRow, Callable[[], bytes], KeyRing], ChunkChange]
 
 
 @frozen
 class Job:
     """A migration: the rows it changes (C{where}, on C{v}), how many per
-    transaction, and the change of one row (None: nothing to change)."""
+    transaction, and the change of one row (None: nothing to change); the
+    chunks of upload sessions it changes (C{chunk_where}, on C{c}; None:
+    none) and the change of one."""
 
     name: str
     what: str
@@ -73,14 +101,21 @@ class Job:
     transform: Transform
     needs_keys: bool
     batch: int = 500
+    chunk_where: str | None = None
+    chunk_transform: ChunkTransform | None = None
 
 
 @frozen
 class JobReport:
+    """What a job did: version rows changed, and left as they were (nothing
+    to change); C{failed}: what could not be read (which row or chunk, and
+    why); chunks changed; rows and chunks still to do."""
+
     changed: int = 0
     unchanged: int = 0
-    failed: tuple[tuple[str, str, int, str], ...] = field(default=())
+    failed: tuple[tuple[str, str], ...] = field(default=())
     remaining: int = 0
+    chunks_changed: int = 0
 
 
 class RowProgress:
@@ -158,14 +193,36 @@ def _compress(row: Row, payload: Callable[[], bytes], keys: KeyRing | None) -> C
     return Change(compressed.codec.value, sealed.payload, sealed.data_key, sealed.key_id)
 
 
+def _rotate_chunk(row: ChunkRow, data: Callable[[], bytes], keys: KeyRing) -> ChunkChange:
+    assert row.data_key is not None
+    wrapped = keys.rewrap(WrappedKey.from_bytes(row.data_key))
+    return ChunkChange(None, wrapped.to_bytes(), wrapped.key_id)
+
+
+def _encrypt_chunk(row: ChunkRow, data: Callable[[], bytes], keys: KeyRing) -> ChunkChange:
+    sealed = seal_chunk(open_chunk(StoredChunk(data()), row.identity, None), row.identity,
+                        keys.generate())
+    return ChunkChange(sealed.data, sealed.data_key, sealed.key_id)
+
+
+def _decrypt_chunk(row: ChunkRow, data: Callable[[], bytes], keys: KeyRing) -> ChunkChange:
+    assert row.data_key is not None
+    data_key = keys.unwrap(WrappedKey.from_bytes(row.data_key))
+    return ChunkChange(bytes(open_chunk(StoredChunk(data(), row.data_key), row.identity,
+                                        data_key)), None, None)
+
+
 #: The jobs, by command name.  C{%(active)s} is the active key id.
 JOBS = {
     "rotate-keys": Job("rotate-keys", "rewrapping data keys",
-                       "v.kek_id IS NOT NULL AND v.kek_id <> %(active)s", _rotate, True, 1000),
+                       "v.kek_id IS NOT NULL AND v.kek_id <> %(active)s", _rotate, True, 1000,
+                       "c.kek_id IS NOT NULL AND c.kek_id <> %(active)s", _rotate_chunk),
     "encrypt-versions": Job("encrypt-versions", "encrypting versions",
-                            "v.data_key IS NULL AND v.codec <> 'pruned'", _encrypt, True, 200),
+                            "v.data_key IS NULL AND v.codec <> 'pruned'", _encrypt, True, 200,
+                            "c.data_key IS NULL", _encrypt_chunk),
     "decrypt-versions": Job("decrypt-versions", "decrypting versions",
-                            "v.data_key IS NOT NULL", _decrypt, True, 200),
+                            "v.data_key IS NOT NULL", _decrypt, True, 200,
+                            "c.data_key IS NOT NULL", _decrypt_chunk),
     "compress-versions": Job("compress-versions", "compressing versions",
                              "v.codec = 'identity'", _compress, False, 100),
 }
@@ -184,19 +241,37 @@ _PAYLOAD = "SELECT payload FROM state_versions WHERE id = %s"
 _UPDATE = ("UPDATE state_versions SET codec = %(codec)s, data_key = %(data_key)s,"
            " kek_id = %(kek_id)s{payload} WHERE id = %(id)s")
 
+_CHUNK_BATCH = """
+SELECT c.session_id, c."offset", c.length, c.sha256, c.data_key, s.tenant_id, s.principal
+FROM upload_chunks c JOIN upload_sessions s ON s.id = c.session_id
+WHERE (c.session_id, c."offset") > (%(session)s, %(offset)s) AND {where}
+ORDER BY c.session_id, c."offset" LIMIT %(batch)s
+FOR UPDATE OF c SKIP LOCKED
+"""
+_CHUNK_COUNT = "SELECT count(*) FROM upload_chunks c WHERE {where}"
+_CHUNK_DATA = 'SELECT data FROM upload_chunks WHERE session_id = %s AND "offset" = %s'
+_CHUNK_UPDATE = ("UPDATE upload_chunks SET data_key = %(data_key)s, kek_id = %(kek_id)s{data}"
+                 ' WHERE session_id = %(session)s AND "offset" = %(offset)s')
+
 
 def count_rows(cursor: Any, job: Job, active: str | None) -> int:
+    """The version rows and chunks C{job} would change now."""
     cursor.execute(_COUNT.format(where=job.where), {"active": active})
-    return int(cursor.fetchone()[0])
+    count = int(cursor.fetchone()[0])
+    if job.chunk_where is not None:
+        cursor.execute(_CHUNK_COUNT.format(where=job.chunk_where), {"active": active})
+        count += int(cursor.fetchone()[0])
+    return count
 
 
 def run_job(connection: Any, job: Job, keys: KeyRing | None,
             progress: RowProgress | None = None, batch: int | None = None) -> JobReport:
     """Run C{job} on a psycopg2 C{connection} (not in autocommit), one
-    committed transaction per batch.  @return: its L{JobReport}."""
+    committed transaction per batch: the version rows, then the chunks.
+    @return: its L{JobReport}."""
     active = None if keys is None else keys.active_key_id
     after, changed, unchanged = 0, 0, 0
-    failed: list[tuple[str, str, int, str]] = []
+    failed: list[tuple[str, str]] = []
     size = batch or job.batch
     while True:
         with connection, connection.cursor() as cursor:
@@ -204,9 +279,11 @@ def run_job(connection: Any, job: Job, keys: KeyRing | None,
                            {"after": after, "batch": size, "active": active})
             rows = [_row(values) for values in cursor.fetchall()]
             for row in rows:
+                failures = len(failed)
                 change = _change(cursor, job, row, keys, failed)
                 if change is None:
-                    unchanged += 1
+                    if len(failed) == failures:
+                        unchanged += 1
                     continue
                 cursor.execute(_UPDATE.format(payload="" if change.payload is None
                                               else ", payload = %(payload)s"),
@@ -219,10 +296,57 @@ def run_job(connection: Any, job: Job, keys: KeyRing | None,
         if len(rows) < size:
             break
         after = rows[-1].id
+    chunks_changed = _run_chunks(connection, job, keys, progress, size, failed)
     with connection, connection.cursor() as cursor:
-        remaining = count_rows(cursor, job, active) - sum(
-            1 for _ in failed)
-    return JobReport(changed, unchanged, tuple(failed), max(remaining, 0))
+        remaining = count_rows(cursor, job, active) - len(failed)
+    return JobReport(changed, unchanged, tuple(failed), max(remaining, 0), chunks_changed)
+
+
+def _run_chunks(connection: Any, job: Job, keys: KeyRing | None,
+                progress: RowProgress | None, size: int,
+                failed: list[tuple[str, str]]) -> int:
+    """The chunks of C{job}, a batch per transaction.  @return: how many changed."""
+    if job.chunk_where is None or job.chunk_transform is None:
+        return 0
+    transform = job.chunk_transform
+    ring = _ring(keys)
+    after: tuple[str, int] = ("", -1)
+    changed = 0
+    while True:
+        with connection, connection.cursor() as cursor:
+            cursor.execute(_CHUNK_BATCH.format(where=job.chunk_where), {
+                "session": after[0], "offset": after[1], "batch": size,
+                "active": ring.active_key_id})
+            rows = [ChunkRow(ChunkIdentity(session_id, tenant, principal, int(offset),
+                                           int(length), sha256),
+                             None if data_key is None else bytes(data_key))
+                    for session_id, offset, length, sha256, data_key, tenant, principal
+                    in cursor.fetchall()]
+            for row in rows:
+                identity = row.identity
+
+                def data(identity: ChunkIdentity = identity) -> bytes:
+                    cursor.execute(_CHUNK_DATA, (identity.session_id, identity.offset))
+                    return bytes(cursor.fetchone()[0])
+
+                try:
+                    change = transform(row, data, ring)
+                except StoredVersionUnreadable as error:
+                    failed.append((f"tenant {identity.tenant} upload {identity.session_id}"
+                                   f" chunk at offset {identity.offset}",
+                                   f"{error.code}: {error.message}"))
+                    continue
+                cursor.execute(_CHUNK_UPDATE.format(data="" if change.data is None
+                                                    else ", data = %(data)s"),
+                               {"data_key": change.data_key, "kek_id": change.kek_id,
+                                "data": change.data, "session": identity.session_id,
+                                "offset": identity.offset})
+                changed += 1
+        if progress is not None:
+            progress.advance(len(rows))
+        if len(rows) < size:
+            return changed
+        after = (rows[-1].identity.session_id, rows[-1].identity.offset)
 
 
 def _row(values: Any) -> Row:
@@ -233,9 +357,9 @@ def _row(values: Any) -> Row:
 
 
 def _change(cursor: Any, job: Job, row: Row, keys: KeyRing | None,
-            failed: list[tuple[str, str, int, str]]) -> Change | None:
+            failed: list[tuple[str, str]]) -> Change | None:
     """One row's change; a row whose bytes cannot be opened is reported
-    (tenant, path, number, why) and left as it is."""
+    (which row, and why) and left as it is."""
 
     def payload() -> bytes:
         cursor.execute(_PAYLOAD, (row.id,))
@@ -244,5 +368,6 @@ def _change(cursor: Any, job: Job, row: Row, keys: KeyRing | None,
     try:
         return job.transform(row, payload, keys)
     except StoredVersionUnreadable as error:
-        failed.append((row.tenant, row.path, row.number, f"{error.code}: {error.message}"))
+        failed.append((f"tenant {row.tenant} state {row.path} version {row.number}",
+                       f"{error.code}: {error.message}"))
         return None

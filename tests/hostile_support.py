@@ -285,21 +285,36 @@ _STATE = ('{"version":4,"terraform_version":"1.15.5","serial":%(serial)s,"lineag
           '"dependencies":[%(dependency)s],"sensitive_attributes":%(sensitive)s}]}]}')
 _ENVELOPE = ('{"serial":%(serial)s,"lineage":"l","encrypted_data":%(data)s,'
              '"encryption_version":"v0","meta":{"x":%(meta)s}}')
+#: The smallest states Terraform's rules allow (a few dozen bytes): shorter
+#: than any version before them, so a history mixes tiny and large ones.
+_TINY = '{"version":4,"serial":%(serial)s,"lineage":"l"}'
 
 
 @st.composite
-def state_texts(draw: st.DrawFn) -> bytes:
+def state_texts(draw: st.DrawFn, serial: int | None = None) -> bytes:
     """v4 states (and OpenTofu envelopes) as Terraform writes them, any place
     where Terraform puts text or a value made hostile:
     type, name, module, provider, index key, deposed key, an attribute, a
-    dependency, an output, the serial."""
+    dependency, an output, the serial (C{serial} instead when given); and
+    the tiniest states."""
     slots = {"serial": str(draw(st.integers(3, 10**6))), "output": '"v"', "type": '"t"',
              "name": '"n"', "module": '"module.m"', "provider": '"p"', "index_key": "null",
              "deposed": "null", "attribute": "1", "dependency": '"t.other"',
              "sensitive": "[]", "data": '"eA=="', "meta": "1"}
     slots = {key: draw(st.one_of(st.just(value), _value)) for key, value in slots.items()}
-    template = draw(st.sampled_from([_STATE, _STATE, _STATE, _ENVELOPE]))
+    if serial is not None:
+        slots["serial"] = str(serial)
+    template = draw(st.sampled_from([_STATE, _STATE, _STATE, _ENVELOPE, _TINY]))
     return (template % slots).encode()
+
+
+@st.composite
+def state_histories(draw: st.DrawFn) -> list[bytes]:
+    """Two to eight versions of one state, serials 1, 2, ..., each one of
+    L{state_texts}' shapes: tiny, large and incompressible ones after one
+    another, as a chain of versions in the store sees them."""
+    count = draw(st.integers(2, 8))
+    return [draw(state_texts(serial=serial)) for serial in range(1, count + 1)]
 
 
 #: A request body: JSON-ish documents, LockInfos, states, too deep, raw bytes.

@@ -316,3 +316,28 @@ def test_usage_errors_of_the_jobs(tmp_path: Path) -> None:
     assert run(["compress-versions", "--database", "postgresql:///x", "--batch", "0"],
                {}) == ExitCode.USAGE
     assert run(["recover", "--database", "postgresql:///x"], {}) == ExitCode.USAGE
+    for timeout in ("0", "-1", "nan"):
+        assert run(["vacuum-purged", "--database", "postgresql:///x", "--lock-timeout",
+                    timeout], {}) == ExitCode.USAGE
+
+
+def test_vacuum_purged_leaves_a_table_it_cannot_lock_and_says_so(postgres_dsn: str) -> None:
+    """A transaction holds a lock on resources: vacuum-purged rewrites the
+    other tables, gives up on that one after --lock-timeout (named on
+    stderr) and exits 5; once the transaction ends, a second run does all."""
+    holder = psycopg2.connect(postgres_dsn)
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute("LOCK TABLE resources IN ACCESS SHARE MODE")
+        blocked = migrate("vacuum-purged", "--database", postgres_dsn, "--lock-timeout", "0.2")
+    finally:
+        holder.rollback()
+        holder.close()
+    assert blocked.returncode == ExitCode.INCOMPLETE, blocked.stderr
+    assert "resources: its lock was not had within 0.2 s" in blocked.stderr
+    assert "state_versions: " in blocked.stdout and "\nresources: " not in blocked.stdout
+    again = migrate("vacuum-purged", "--database", postgres_dsn)
+    assert again.returncode == ExitCode.CURRENT, again.stderr
+    rewritten = [line.split(":")[0] for line in again.stdout.splitlines() if "rewritten" in line]
+    assert rewritten == ["state_versions", "resources", "outputs", "resource_dependencies",
+                         "upload_chunks"]

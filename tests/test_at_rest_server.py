@@ -27,6 +27,7 @@ from at_rest_support import (
 from fixtures_server import KilolockServer, StoreLaunch, poll_until
 from kl_runner import kl_environment, run_kl
 from stub_client import state_body
+from test_migrate import migrate
 
 KEYS = {"2026-12": secret()}
 MARKER = "kl-plain-" + os.urandom(5).hex()
@@ -163,6 +164,57 @@ def test_a_wrong_key_file_is_refused_at_start(kilolock_server_factory: Any, key_
     assert server.request("GET", "/readyz").status == 503
     poll_until(lambda: "encryption key '2026-12' cannot open" in server.log_text(), 10,
                "the refusal in the log")
+
+
+@POSTGRES_ONLY
+def test_turning_encryption_off_step_by_step(kilolock_server_factory: Any, key_file: Path,
+                                             postgres_dsn: str) -> None:
+    """docs/at-rest.md's steps to turn encryption off: decrypt-versions while
+    the server still has the key file (it keeps writing encrypted
+    versions); restarted without it, the server answers 503
+    encryption_keys_refused (not ready, the log says to run
+    decrypt-versions) while a version written meanwhile is encrypted; a
+    second decrypt-versions opens it and a pending upload's sealed chunks,
+    and the same server then serves, without a restart: every version and
+    the upload's commit."""
+    keyed = kilolock_server_factory(env={"KL_ENCRYPTION_KEYS": str(key_file)})
+    bodies = [state_with(serial, MARKER, SENSITIVE) for serial in (1, 2)]
+    for body in bodies:
+        post(keyed, "app", body)
+    first = migrate("decrypt-versions", "--database", postgres_dsn, "--encryption-keys",
+                    str(key_file))
+    assert first.returncode == 0, first.stderr
+    assert {kek for (kek,) in query(postgres_dsn, "SELECT kek_id FROM state_versions")} == {None}
+    bodies.append(state_with(3, MARKER, SENSITIVE))
+    post(keyed, "app", bodies[-1])  # written meanwhile: encrypted
+    big = state_with(1, MARKER, SENSITIVE, count=40)
+    opened = keyed.request("POST", "/v1/native/uploads", json.dumps(
+        {"state": "big", "size": len(big), "sha256": hashlib.sha256(big).hexdigest()}).encode(),
+        {"Content-Type": "application/json"})
+    upload = json.loads(opened.body)["id"]
+    assert keyed.request("PUT", f"/v1/native/uploads/{upload}?offset=0", big).status == 200
+    keyed.stop()
+
+    plain = kilolock_server_factory()
+    refused = plain.request("GET", "/v1/states/app")
+    assert (refused.status, refused.error_code) == (503, "encryption_keys_refused")
+    assert refused.header(b"retry-after") == b"30"
+    assert plain.request("GET", "/readyz").status == 503
+    poll_until(lambda: "run kilolock-migrate decrypt-versions" in plain.log_text(), 10,
+               "the refusal naming decrypt-versions in the log")
+    second = migrate("decrypt-versions", "--database", postgres_dsn, "--encryption-keys",
+                     str(key_file))
+    assert second.returncode == 0, second.stderr
+    assert "changed: 1\nchunks of upload sessions changed: 1" in second.stdout
+    poll_until(lambda: plain.request("GET", "/v1/states/app").status == 200, 10,
+               "the server serving once decrypt-versions has finished")
+    assert plain.request("GET", "/readyz").status == 200
+    for number, body in enumerate(bodies, start=1):
+        assert plain.request("GET", f"/v1/native/states/app/-/versions/{number}").body == body
+    assert plain.request("POST", f"/v1/native/uploads/{upload}/commit").status == 200
+    assert plain.request("GET", "/v1/states/big").body == big
+    status = migrate("status", "--database", postgres_dsn)
+    assert "2026-12" not in status.stdout and "(not encrypted)" in status.stdout
 
 
 def test_a_bad_key_file_is_a_usage_error(kilolock_server_factory: Any, tmp_path: Path) -> None:

@@ -97,6 +97,29 @@ async def test_a_history_is_one_chain_with_a_snapshot_every_64_versions(
     assert await reader.read_current(KEY) == version(66)
 
 
+def tiny(serial: int) -> bytes:
+    """A valid state of a few dozen bytes: too short to be a zstd prefix."""
+    return b'{"version":4,"serial":%d,"lineage":"l"}' % serial
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_version_after_a_tiny_one_is_a_delta_against_the_snapshot(
+        stores: list[PostgresStateStore], postgres_dsn: str) -> None:
+    """A 38-byte state after a large one is a small delta on its chain; the
+    versions after it cannot use 38 bytes as a base: they are deltas against
+    the chain's snapshot, stored (never a 500) and read back byte for byte."""
+    writer = stores[0]
+    raws = [version(1), tiny(2), version(3), tiny(4), tiny(5)]
+    for raw in raws:
+        await writer.write_state(KEY, upload(raw), None, ADMIN)
+    assert codecs(postgres_dsn) == [(1, "zstd", None), (2, "zstd-delta", 1),
+                                    (3, "zstd-delta", 1), (4, "zstd-delta", 3),
+                                    (5, "zstd-delta", 1)]
+    for store in stores:
+        for number, raw in enumerate(raws, start=1):
+            assert await store.read_version(KEY, number) == raw
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_read_of_the_current_version_lets_the_next_write_be_a_delta(
         stores: list[PostgresStateStore], postgres_dsn: str) -> None:

@@ -273,7 +273,8 @@ def session(clock: FakeClock, raw: bytes, owner: Owner = ALICE_OWNS,
 @pytest_twisted.ensureDeferred
 async def test_upload_sessions_and_their_chunks(store: Any, clock: FakeClock) -> None:
     """Chunks in any order, a replay, an overlap refused; the bytes in order
-    once complete; owned; committed sessions keep no chunk; abandoned ones go."""
+    once complete; owned; committed sessions keep no chunk (they received
+    every byte, whose bytes are gone); abandoned ones go."""
     raw = state_body(9) * 3
     await store.open_upload(session(clock, raw), 4)
     later = clock() + timedelta(seconds=60)
@@ -294,6 +295,8 @@ async def test_upload_sessions_and_their_chunks(store: Any, clock: FakeClock) ->
     assert await store.finish_upload(ALICE_OWNS, "up_1", 3) is True
     committed = await store.find_upload(ALICE_OWNS, "up_1", clock())
     assert committed.committed_version == 3 and committed.complete
+    assert [(c.offset, c.length) for c in committed.chunks] == [(0, len(raw))]
+    assert await store.upload_bytes(ALICE_OWNS, "up_1", clock()) is None
     await failure_of(store.put_chunk(ALICE_OWNS, "up_1", 0, raw[:100], clock(), later),
                      chunks.ChunkConflict)
     await store.open_upload(session(clock, raw, upload_id="up_2"), 4)

@@ -16,6 +16,8 @@ from state_strategies import histories
 from stub_client import state_body
 
 from kilolock.atrest.compression import (
+    DEFAULT_POLICY,
+    MIN_BASE_SIZE,
     Base,
     Codec,
     CompressionPolicy,
@@ -56,6 +58,7 @@ def resources(count: int, changed: dict[int, str] | None = None) -> list[dict[st
 
 STATE = state_body(7, resources=resources(50))
 NEXT = state_body(8, resources=resources(50, {3: "a" * 32, 41: "b" * 32}))
+THIRD = state_body(9, resources=resources(50, {3: "a" * 32, 41: "b" * 32, 17: "c" * 32}))
 
 
 @settings(max_examples=60, deadline=None)
@@ -76,6 +79,73 @@ def test_bases_too_short_for_a_prefix_give_full_snapshots() -> None:
     assert compress_version(STATE, snapshot_of(b"{}")).codec is Codec.ZSTD
     with pytest.raises(ValueError):
         compress_delta(STATE, base_of(b"{}"), 3)
+
+
+TINY = b'{"version":4,"serial":9,"lineage":"l"}'
+
+
+def test_a_tiny_newest_version_is_passed_over_for_the_snapshot() -> None:
+    """The newest version a delta of a few dozen bytes (a state of 38 bytes
+    after a large one): the next version is a delta against the snapshot
+    (2 links), never an attempt to use 38 bytes as a zstd prefix."""
+    assert len(TINY) < MIN_BASE_SIZE
+    chosen = compress_version(THIRD, snapshot_of(STATE, 1), newest=Newest(base_of(TINY), 2))
+    assert (chosen.codec, chosen.base_sha256, chosen.links) == (
+        Codec.ZSTD_DELTA, sha256_hex(STATE), 2)
+    assert decode(chosen.codec, chosen.data, THIRD, base_of(STATE)) == THIRD
+    again = compress_version(TINY, snapshot_of(STATE, 1), newest=Newest(base_of(TINY), 2))
+    assert decode(again.codec, again.data, TINY, base_of(STATE)) == TINY
+
+
+def _sized(size: int) -> st.SearchStrategy[bytes]:
+    """Bytes of exactly C{size}: random (incompressible) or one byte repeated."""
+    return st.one_of(st.binary(min_size=size, max_size=size),
+                     st.integers(0, 255).map(lambda byte: bytes([byte]) * size))
+
+
+#: States of the sizes where the codecs change their mind: empty, below and
+#: at zstd's 8-byte prefix, around the smallest base, and ordinary ones.
+_EDGE_BYTES = st.one_of(
+    st.sampled_from([0, 1, 7, 8, 9, MIN_BASE_SIZE - 1, MIN_BASE_SIZE, MIN_BASE_SIZE + 1, 300,
+                     1024]).flatmap(_sized),
+    st.binary(max_size=600),
+    st.sampled_from([STATE, NEXT, THIRD, TINY]))
+
+#: Policies whose limits small inputs reach: deltas always kept, a large
+#: size of a few hundred bytes, chains of two links or two hundred bytes.
+_POLICIES = st.sampled_from([
+    DEFAULT_POLICY, CompressionPolicy(snapshot_ratio=1e9),
+    CompressionPolicy(snapshot_ratio=1e9, large_size=MIN_BASE_SIZE + 1),
+    CompressionPolicy(snapshot_ratio=1e9, large_size=300, max_links=2, chain_bytes=200),
+    CompressionPolicy(snapshot_ratio=1e9, max_versions_since=1)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=_EDGE_BYTES, snapshot=_EDGE_BYTES, newest=st.none() | _EDGE_BYTES,
+       links=st.integers(2, 70), since=st.integers(0, 70), policy=_POLICIES)
+def test_any_pair_of_states_is_stored_and_decodes_with_the_base_it_names(
+        raw: bytes, snapshot: bytes, newest: bytes | None, links: int, since: int,
+        policy: CompressionPolicy) -> None:
+    """Any version offered any snapshot and newest version (empty, tiny,
+    random, repeated, as large as the policy's limits) is stored -- as a
+    delta against one of them or in full, never an error -- and decodes
+    byte-exact with the base it names; a delta against the snapshot is 2
+    links, against the newest version one more than it."""
+    offered = Snapshot(base_of(snapshot), len(compress_full(snapshot, 3)), since)
+    offered_newest = None if newest is None else Newest(base_of(newest), links)
+    chosen = compress_version(raw, offered, policy, offered_newest)
+    if chosen.codec is not Codec.ZSTD_DELTA:
+        assert (chosen.base_sha256, chosen.links) == (None, 1)
+        assert decode(chosen.codec, chosen.data, raw) == raw
+        return
+    if offered_newest is not None and chosen.links == links + 1:
+        base = offered_newest.base
+    else:
+        assert chosen.links == 2
+        base = offered.base
+    assert chosen.base_sha256 == base.sha256
+    assert MIN_BASE_SIZE <= len(base.raw) < policy.large_size
+    assert decode(chosen.codec, chosen.data, raw, base) == raw
 
 
 @settings(max_examples=40, deadline=None)
@@ -159,8 +229,6 @@ def test_the_policy_starts_a_new_snapshot_when_deltas_grow_or_age() -> None:
     strict = CompressionPolicy(snapshot_ratio=0.001)
     assert compress_version(NEXT, snapshot_of(STATE), strict).codec is Codec.ZSTD
 
-
-THIRD = state_body(9, resources=resources(50, {3: "a" * 32, 41: "b" * 32, 17: "c" * 32}))
 
 
 def test_a_delta_is_the_next_link_of_the_newest_versions_chain() -> None:

@@ -16,5 +16,7 @@ large payloads.  The format is described in C{docs/at-rest.md}.
   - L{kilolock.atrest.interfaces}: C{IKeyProvider}, what a KMS plugs into;
   - L{kilolock.atrest.stored}: one version's row fields, both ways;
   - L{kilolock.atrest.versions}: C{VersionCodec}, what a store calls;
+  - L{kilolock.atrest.chunks}: the chunks of upload sessions, sealed as
+    versions are (C{ChunkCodec});
   - L{kilolock.atrest.recovery}: the offline decrypt core.
 """

@@ -195,6 +195,34 @@ def compress_delta(raw: bytes, base: Base, level: int) -> bytes:
     return _BASE_MAGIC + bytes.fromhex(base.sha256)[:8] + frame
 
 
+def _usable_base(base: Base, policy: CompressionPolicy = DEFAULT_POLICY) -> bool:
+    """Whether a delta can be made against C{base}: zstd takes a prefix of
+    L{MIN_BASE_SIZE} bytes or more, and a base of the policy's large size
+    would be held in memory a second time."""
+    return MIN_BASE_SIZE <= len(base.raw) < policy.large_size
+
+
+def _delta_base(raw: bytes, snapshot: Snapshot | None, policy: CompressionPolicy = DEFAULT_POLICY,
+               newest: Newest | None = None) -> tuple[Base, int] | None:
+    """What C{raw} would be a delta against, and the payloads a read of it
+    would then decode; None when it must be a full snapshot.  The one place
+    that decides whether a delta is tried: every base it answers is one
+    L{compress_delta} takes.
+
+    The base is C{newest} (the next link of its chain) while the chain is
+    shorter than the policy's links and bytes allow and C{newest} is a
+    usable base (a state of a few dozen bytes is not); else the snapshot."""
+    if (snapshot is None or len(raw) >= policy.large_size
+            or not _usable_base(snapshot.base, policy)
+            or snapshot.versions_since >= policy.max_versions_since
+            or (newest is not None and newest.links >= policy.max_links)):
+        return None
+    if (newest is not None and _usable_base(newest.base, policy)
+            and (newest.links + 1) * len(raw) <= policy.chain_bytes):
+        return newest.base, newest.links + 1
+    return snapshot.base, 2
+
+
 def compress_version(raw: bytes, snapshot: Snapshot | None,
                      policy: CompressionPolicy = DEFAULT_POLICY,
                      newest: Newest | None = None) -> Compressed:
@@ -205,18 +233,17 @@ def compress_version(raw: bytes, snapshot: Snapshot | None,
     delta); C{newest} the state's newest version when it is a delta on that
     snapshot's chain (None: the snapshot is the newest).  Any version of the
     state is a correct base: an older one only makes the delta larger.
+    Whatever the bytes offered, a version is stored: as a delta where
+    L{_delta_base} finds one and it is small enough, else full.
     """
-    large = len(raw) >= policy.large_size
-    if (snapshot is not None and not large
-            and MIN_BASE_SIZE <= len(snapshot.base.raw) < policy.large_size
-            and snapshot.versions_since < policy.max_versions_since
-            and (newest is None or newest.links < policy.max_links)):
-        base, links = snapshot.base, 2
-        if newest is not None and (newest.links + 1) * len(raw) <= policy.chain_bytes:
-            base, links = newest.base, newest.links + 1
+    chosen = _delta_base(raw, snapshot, policy, newest)
+    if chosen is not None:
+        assert snapshot is not None
+        base, links = chosen
         delta = compress_delta(raw, base, policy.delta_level)
         if len(delta) <= policy.snapshot_ratio * snapshot.stored_size:
             return Compressed(Codec.ZSTD_DELTA, delta, base.sha256, links)
+    large = len(raw) >= policy.large_size
     full = compress_full(raw, policy.large_level if large else policy.level)
     if len(full) >= len(raw):
         return Compressed(Codec.IDENTITY, raw)

@@ -22,6 +22,13 @@ sha256 for a delta), together with the payload's format byte.  A payload
 copied into another row, or re-pointed at another base, fails to decrypt.
 The version's number is not bound: a write learns it only inside its
 transaction, and two rows with the same identity hold the same bytes.
+
+A chunk of an upload session is sealed the same way (the same two blobs, in
+the C{data} and C{data_key} columns of its row), its associated data naming
+its session (id, tenant, owner), its place in the upload (offset, length)
+and its bytes' sha256 (L{ChunkIdentity}), after a context of its own: a
+chunk cannot be moved to another session or offset, nor passed off as a
+version, nor a version as a chunk.
 """
 
 from __future__ import annotations
@@ -128,6 +135,30 @@ class SealedPayload:
 def _field(value: str | int) -> bytes:
     data = str(value).encode("utf-8")
     return struct.pack(">I", len(data)) + data
+
+
+@frozen
+class ChunkIdentity:
+    """What a sealed chunk of an upload session is bound to: the session
+    (its id, and the tenant and principal that own it), where the chunk
+    lies in the upload (C{offset}, C{length}) and the sha256 (lowercase
+    hex) of its bytes."""
+
+    session_id: str
+    tenant: str
+    principal: str
+    offset: int
+    length: int
+    sha256: str
+
+
+def chunk_associated_data(identity: ChunkIdentity) -> bytes:
+    """The bytes AES-GCM binds to a sealed chunk (length-prefixed fields after
+    a context no version's associated data starts with)."""
+    fields = (identity.session_id, identity.tenant, identity.principal, identity.offset,
+              identity.length, identity.sha256)
+    return (b"kilolock upload chunk" + bytes((PAYLOAD_FORMAT,))
+            + b"".join(_field(value) for value in fields))
 
 
 def associated_data(identity: VersionIdentity, codec: str, base_sha256: str | None) -> bytes:

@@ -42,6 +42,13 @@ class AuthenticationFailed(StoredVersionUnreadable):
     code = "stored_version_unauthentic"
 
 
+class ChunkUnauthentic(AuthenticationFailed):
+    """AES-GCM refused a sealed chunk of an upload session: altered, moved
+    from another session or offset, or sealed under another data key."""
+
+    code = "upload_chunk_unauthentic"
+
+
 class UnknownKey(StoredVersionUnreadable):
     """A wrapped data key names a key-encryption key the provider does not have."""
 

@@ -114,12 +114,17 @@ class IStateOperationsStore(Interface):
     def upload_bytes(owner: Owner, upload_id: str,
                      now: datetime) -> Deferred[bytes | None]:
         """@return: a Deferred firing with the received bytes of a live,
-        complete session of C{owner} in order, or None."""
+        complete, uncommitted session of C{owner} in order, or None.  On
+        PostgreSQL, chunks sealed with the store's keys are opened (failing
+        with the typed errors of L{kilolock.atrest.errors}, 502)."""
 
     def finish_upload(owner: Owner, upload_id: str, committed_version: int | None,
                       ) -> Deferred[bool]:
-        """Drop a session's chunks; with C{committed_version} keep the session
-        (until it expires) as committed to that version, else drop it too.
+        """Delete a session's chunks (their rows, not only their bytes); with
+        C{committed_version} keep the session (until it expires) as
+        committed to that version
+        (L{kilolock.stateops.model.UploadSession.committed_to}), else delete
+        it too.
 
         @return: a Deferred firing with whether such a session was there."""
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from attrs import field, frozen
+from attrs import evolve, field, frozen
 
 from kilolock.errors import StateExists
 from kilolock.model import Principal, StateKey, StateUpload
@@ -112,7 +112,7 @@ class Chunk:
 class UploadSession:
     """An upload of a state's bytes in chunks: the declared size and SHA-256
     of the whole, the chunks received (by offset), and, once committed, the
-    version it became."""
+    version it became (see L{committed_to})."""
 
     id: str
     owner: Owner
@@ -131,6 +131,18 @@ class UploadSession:
     @property
     def complete(self) -> bool:
         return self.received == self.size
+
+    @property
+    def ready(self) -> bool:
+        """Every byte received, and not committed yet: what a commit or an
+        import reads."""
+        return self.complete and self.committed_version is None
+
+    def committed_to(self, version: int) -> UploadSession:
+        """This session once committed to C{version}: the bytes of its chunks
+        are gone, and it counts as having received every byte (one range)."""
+        return evolve(self, chunks=(Chunk(0, self.size, self.sha256),),
+                      committed_version=version)
 
 
 @frozen

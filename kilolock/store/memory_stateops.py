@@ -128,7 +128,7 @@ class MemoryStateOps(MemoryPart):
     def upload_bytes(self, owner: Owner, upload_id: str,
                      now: datetime) -> Deferred[bytes | None]:
         session = self._live(owner, upload_id, now)
-        if session is None or not session.complete:
+        if session is None or not session.ready:
             return succeed(None)
         pieces = self._chunk_bytes[upload_id]
         return succeed(b"".join(pieces[offset] for offset in sorted(pieces)))
@@ -138,11 +138,11 @@ class MemoryStateOps(MemoryPart):
         found = self._uploads.get(upload_id)
         if found is None or found.owner != owner:
             return succeed(False)
-        self._chunk_bytes[upload_id] = {}
+        self._chunk_bytes.pop(upload_id, None)
         if committed_version is None:
             del self._uploads[upload_id]
         else:
-            self._uploads[upload_id] = evolve(found, committed_version=committed_version)
+            self._uploads[upload_id] = found.committed_to(committed_version)
         return succeed(True)
 
     # -- content addresses --------------------------------------------------

@@ -64,6 +64,8 @@ def _print_purge(out: Output, document: Any) -> None:
     out.line(f"purged version {version['number']} of {document['state']} (serial"
              f" {version['serial']}, sha256 {version['sha256'][:12]}): its bytes are gone;"
              " its tombstone stays in the history")
+    out.line("the database's files keep the bytes until the operator runs `kilolock-migrate"
+             " vacuum-purged`, its WAL and backups longer: see docs/at-rest.md")
 
 
 def _change(args: argparse.Namespace) -> tuple[str, bytes | None] | None:

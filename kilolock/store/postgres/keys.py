@@ -5,10 +5,16 @@ the database holds: for every key-encryption key id that wraps data keys in
 C{state_versions}, one of those data keys is unwrapped with the configured
 provider.  A key id the key file does not have, a key file with other
 secret bytes under that id, or encrypted versions and no key file at all:
-the store does not start (L{EncryptionKeysRefused}: logged with what to do,
+the store does not serve (L{EncryptionKeysRefused}: logged with what to do,
 503 to clients).  So a misconfigured server fails at once and loudly rather
 than answering C{stored_version_unauthentic} state by state -- and nothing
 it serves is ever garbled either way: every payload is authenticated.
+
+The check runs each time the store opens its pool: after a refusal, at the
+next request a second later (L{kilolock.store.postgres.runner}).  So a
+server started without keys while C{kilolock-migrate decrypt-versions}
+opens the last encrypted versions serves as soon as the job has finished,
+without a restart (the steps of docs/at-rest.md).
 """
 
 from __future__ import annotations
@@ -52,7 +58,9 @@ async def check_keys_txn(cursor: Any, provider: IKeyProvider | None) -> list[str
         raise EncryptionKeysRefused(
             f"the database holds encrypted versions (key ids: {', '.join(ids)}) and no"
             " encryption keys are configured: start Kilolock with --encryption-keys FILE"
-            " (KL_ENCRYPTION_KEYS), the key file those versions were written with")
+            " (KL_ENCRYPTION_KEYS), the key file those versions were written with; or, to"
+            " turn encryption off, run kilolock-migrate decrypt-versions with that file:"
+            " this server serves once it has finished (see docs/at-rest.md)")
     for kek_id, data_key in found:
         assert provider is not None
         try:

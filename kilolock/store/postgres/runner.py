@@ -93,7 +93,7 @@ _REFUSAL_PAUSE = 0.05
 Transaction = Callable[..., Coroutine[Any, Any, T]]
 
 #: What the runner logs when the store's start-up check refuses its keys.
-KEYS_REFUSED = "the state store cannot start: {detail}"
+KEYS_REFUSED = "the state store cannot serve: {detail}"
 
 
 @frozen

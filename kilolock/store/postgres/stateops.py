@@ -6,23 +6,35 @@ Every lookup of a handle filters on its owner's tenant and principal, so a
 handle of another owner is not found, exactly like an unknown id.  Chunks
 go in with a binary COPY and come out as one binary result, on the blocking
 path (L{kilolock.store.postgres.blocking}): no SQL literal of megabytes.
+
+With encryption keys, a chunk is sealed before it goes in (with the same
+keys and AES-GCM as versions, bound to its session and offset:
+L{kilolock.atrest.chunks}) and opened when the session is committed; a
+committed or abandoned session's chunk rows are deleted.  So the state's
+bytes on their way in are never in the database in clear, and what
+PostgreSQL keeps of deleted rows (until VACUUM, and in its WAL) is sealed
+too.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import struct
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from attrs import evolve
 from twisted.internet.defer import Deferred, ensureDeferred
 
+from kilolock.atrest.chunks import ChunkCodec, StoredChunk
+from kilolock.atrest.envelope import ChunkIdentity
 from kilolock.stateops import chunks
 from kilolock.stateops.model import Chunk, OperationRecord, Owner, UploadSession
 from kilolock.store.postgres.blocking import binary_copy
 from kilolock.store.postgres.part import StorePart
 from kilolock.store.postgres.rows import utc
+from kilolock.store.postgres.runner import TransactionRunner
 
 __all__ = ["PostgresStateOps"]
 
@@ -57,13 +69,19 @@ _FIND_UPLOAD = (f"SELECT {_SESSION_COLUMNS} FROM upload_sessions WHERE id = %s" 
                 " AND tenant_id = %s AND principal = %s AND expires_at > %s")
 _CHUNKS = ('SELECT "offset", length, sha256 FROM upload_chunks WHERE session_id = %s'
            ' ORDER BY "offset"')
-_COPY_CHUNK = ('COPY upload_chunks (session_id, "offset", length, sha256, data)'
-               " FROM STDIN (FORMAT binary)")
+_COPY_CHUNK = ('COPY upload_chunks (session_id, "offset", length, sha256, data, data_key,'
+               " kek_id) FROM STDIN (FORMAT binary)")
 _EXTEND_UPLOAD = "UPDATE upload_sessions SET expires_at = %s WHERE id = %s"
-_UPLOAD_BYTES = ("SELECT string_agg(data, ''::bytea ORDER BY \"offset\") FROM upload_chunks"
-                 " WHERE session_id = %s")
-# A committed session keeps its chunks' ranges, not their bytes.
-_DROP_CHUNK_BYTES = "UPDATE upload_chunks SET data = ''::bytea WHERE session_id = %s"
+# Every chunk of a session as one binary value, in order, each a record of
+# its own (_chunk_records): its offset, length and sha256, its wrapped data
+# key (length -1: none) and its data.  One statement, so the records agree
+# with each other even while a kilolock-migrate job seals or opens chunks.
+_CHUNK_RECORDS = (
+    'SELECT string_agg(int8send("offset") || int8send(length) || convert_to(sha256, \'UTF8\')'
+    " || int4send(coalesce(octet_length(data_key), -1)) || coalesce(data_key, ''::bytea)"
+    " || int8send(octet_length(data)) || data, ''::bytea ORDER BY \"offset\")"
+    " FROM upload_chunks WHERE session_id = %s")
+_DROP_CHUNKS = "DELETE FROM upload_chunks WHERE session_id = %s"
 _COMMIT_UPLOAD = ("UPDATE upload_sessions SET committed_version = %s WHERE id = %s"
                   " AND tenant_id = %s AND principal = %s")
 _DROP_UPLOAD = "DELETE FROM upload_sessions WHERE id = %s AND tenant_id = %s AND principal = %s"
@@ -87,15 +105,21 @@ def _operation(row: Any) -> OperationRecord:
 
 def _session(row: Any, found: list[Any]) -> UploadSession:
     id_, tenant, principal, path, size, sha256, created_at, expires_at, committed = row
-    return UploadSession(
+    session = UploadSession(
         id=id_, owner=Owner(tenant, principal), state_path=path, size=int(size), sha256=sha256,
         created_at=utc(created_at), expires_at=utc(expires_at),
-        chunks=tuple(Chunk(int(offset), int(length), digest) for offset, length, digest in found),
-        committed_version=committed)
+        chunks=tuple(Chunk(int(offset), int(length), digest) for offset, length, digest in found))
+    return session if committed is None else session.committed_to(int(committed))
 
 
 class PostgresStateOps(StorePart):
-    """Operations, upload sessions and digests, run by C{runner}."""
+    """Operations, upload sessions and digests, run by C{runner}; chunks
+    sealed and opened by C{chunk_codec}."""
+
+    def __init__(self, runner: TransactionRunner, clock: Callable[[], datetime],
+                 chunk_codec: ChunkCodec) -> None:
+        super().__init__(runner, clock)
+        self._chunks = chunk_codec
 
     # -- operations -------------------------------------------------------
 
@@ -195,33 +219,45 @@ class PostgresStateOps(StorePart):
     def put_chunk(self, owner: Owner, upload_id: str, offset: int, data: bytes,
                   now: datetime, expires_at: datetime) -> Deferred[UploadSession]:
         chunk = chunks.chunk_of(offset, data)
+        identity = ChunkIdentity(upload_id, owner.tenant, owner.principal, chunk.offset,
+                                 chunk.length, chunk.sha256)
 
-        async def put(cursor: Any) -> UploadSession:
+        async def put_txn(cursor: Any, stored: StoredChunk) -> UploadSession:
             session = await self._live_txn(cursor, owner, upload_id, now, lock=True)
             if session is None:
                 raise chunks.UploadNotFound()
             if chunks.place_chunk(session, chunk) is chunks.Placement.ADD:
                 cursor.copy_in(_COPY_CHUNK, binary_copy([(
                     ("text", upload_id), ("int8", chunk.offset), ("int8", chunk.length),
-                    ("text", chunk.sha256), ("bytea", data))]))
+                    ("text", chunk.sha256), ("bytea", stored.data),
+                    ("bytea", stored.data_key), ("text", stored.key_id))]))
                 session = _with_chunk(session, chunk)
             await cursor.execute(_EXTEND_UPLOAD, (expires_at, upload_id))
             return evolve(session, expires_at=expires_at)
 
-        return self._runner.run_interaction(put, blocking=True)
+        async def put() -> UploadSession:
+            stored = await self._chunks.seal(data, identity)
+            session: UploadSession = await self._runner.run_interaction(
+                put_txn, stored, blocking=True)
+            return session
+
+        return ensureDeferred(put())
 
     def upload_bytes(self, owner: Owner, upload_id: str,
                      now: datetime) -> Deferred[bytes | None]:
-        async def read_bytes(cursor: Any) -> bytes | None:
-            found: bytes | None = cursor.select_bytea(_UPLOAD_BYTES, (upload_id,))
+        async def read_records(cursor: Any) -> bytes | None:
+            found: bytes | None = cursor.select_bytea(_CHUNK_RECORDS, (upload_id,))
             return found
 
         async def read() -> bytes | None:
             session = await self.find_upload(owner, upload_id, now)
-            if session is None or not session.complete:
+            if session is None or not session.ready:
                 return None
-            data = await self._runner.run_interaction(read_bytes, blocking=True)
-            return data if data is not None and len(data) == session.size else None
+            records = await self._runner.run_interaction(read_records, blocking=True)
+            found = _chunk_records(records or b"", session)
+            if found is None:
+                return None
+            return await self._chunks.open(found)
 
         return ensureDeferred(read())
 
@@ -235,7 +271,7 @@ class PostgresStateOps(StorePart):
                                  (committed_version, upload_id, owner.tenant, owner.principal))
             if not cursor.rowcount:
                 return False
-            await cursor.execute(_DROP_CHUNK_BYTES, (upload_id,))
+            await cursor.execute(_DROP_CHUNKS, (upload_id,))
             return True
 
         return self._runner.run_interaction(finish)
@@ -249,6 +285,41 @@ class PostgresStateOps(StorePart):
 
         return self._runner.run_interaction(find)
 
+
+
+#: A chunk record's fixed fields: offset, length, sha256 (64 hex digits),
+#: the wrapped data key's length.
+_RECORD_HEAD = struct.Struct(">qq64si")
+_DATA_LENGTH = struct.Struct(">q")
+
+
+def _chunk_records(records: bytes, session: UploadSession,
+                   ) -> list[tuple[StoredChunk, ChunkIdentity]] | None:
+    """The stored chunks of C{session} (as L{_CHUNK_RECORDS} selects them, the
+    data as views of C{records}) with what each is bound to; None when they
+    are not its chunks from its first byte to its last, one after another
+    (chunks dropped meanwhile: the session was abandoned or expired)."""
+    view, found, at, expected = memoryview(records), [], 0, 0
+    owner = session.owner
+    while at < len(view):
+        if at + _RECORD_HEAD.size > len(view):
+            return None
+        offset, length, sha256, key_length = _RECORD_HEAD.unpack_from(view, at)
+        at += _RECORD_HEAD.size
+        data_key = None
+        if key_length >= 0:
+            data_key, at = bytes(view[at:at + key_length]), at + key_length
+        if at + _DATA_LENGTH.size > len(view):
+            return None
+        (data_length,) = _DATA_LENGTH.unpack_from(view, at)
+        at += _DATA_LENGTH.size
+        data, at = view[at:at + data_length], at + data_length
+        if offset != expected or len(data) != data_length:
+            return None
+        expected = offset + length
+        found.append((StoredChunk(data, data_key), ChunkIdentity(
+            session.id, owner.tenant, owner.principal, offset, length, sha256.decode())))
+    return found if expected == session.size else None
 
 
 def _with_chunk(session: UploadSession, chunk: Chunk) -> UploadSession:

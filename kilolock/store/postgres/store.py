@@ -30,6 +30,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.components import proxyForInterface
 from zope.interface import implementer
 
+from kilolock.atrest.chunks import ChunkCodec
 from kilolock.atrest.interfaces import IKeyProvider
 from kilolock.atrest.versions import VersionCodec
 from kilolock.audit import ChainHead
@@ -158,7 +159,10 @@ class PostgresStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: ig
         self.tfe = PostgresTFE(self.runner, clock)
         self.retention = PostgresRetention(
             self.runner, clock, PostgresPurge(self.runner, clock, self.codec, self.chains))
-        self.stateops = PostgresStateOps(self.runner, clock)
+        #: Seals (with C{key_provider}) and opens the chunks of upload sessions.
+        self.chunk_codec = ChunkCodec(key_provider, run_large=self.runner.in_thread,
+                                      large_size=LARGE_UPLOAD_BYTES)
+        self.stateops = PostgresStateOps(self.runner, clock, self.chunk_codec)
 
     @classmethod
     def embedded(cls, server: EmbeddedPostgres, reactor: Any,
