@@ -5,8 +5,8 @@
 from twisted.application.service import Application
 from twisted.logger import ILogObserver
 
-from kilolock.logs import json_log_observer
-from kilolock.tap import Settings, make_service_from_settings
+from kilolock.server.logs import json_log_observer
+from kilolock.server.tap import Settings, make_service_from_settings
 
 settings = Settings.from_sources({})
 application = Application("kilolock")

@@ -29,7 +29,7 @@ from typing import Any
 import psycopg
 
 from kilolock.atrest.compression import Base, Snapshot, compress_version
-from kilolock.store.schema import ensure_schema_blocking
+from kilolock.store.schema.upgrade import ensure_schema_blocking
 
 LOCK = ("INSERT INTO locks (state_id, lock_id, info, acquired_at, principal)"
         " VALUES (%s, %s, %s, %s, 'anonymous')")

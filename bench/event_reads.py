@@ -33,12 +33,12 @@ import psycopg
 from attrs import evolve
 from servers import new_database, postgres_cluster
 
-from kilolock.audit import GENESIS, event_hash
-from kilolock.event_pages import EventPageQuery
-from kilolock.model import AuditEvent
+from kilolock.core.audit import GENESIS, event_hash
+from kilolock.core.events import AuditEvent
+from kilolock.rules.event_pages import EventPageQuery
 from kilolock.store.postgres.event_pages import select_events_page
 from kilolock.store.postgres.statements import select_events
-from kilolock.store.schema import ensure_schema_blocking
+from kilolock.store.schema.upgrade import ensure_schema_blocking
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 KINDS = ("lock_acquire", "state_write", "lock_release")

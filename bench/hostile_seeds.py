@@ -3,7 +3,7 @@ both stores, with every 5xx counted.
 
     python bench/hostile_seeds.py [--seeds 1,2,3,4,5] [--examples 1000] [--workers 2]
 
-Runs tests/test_hostile_seeds.py (its two tests: single hostile requests on
+Runs tests/web/test_hostile_seeds.py (its two tests: single hostile requests on
 the state lane, and histories of hostile states POSTed to one state) with
 C{--examples} examples per seed, test and store -- far more than CI runs,
 which is why it is a benchmark -- and prints, per test, store and seed, the
@@ -37,7 +37,7 @@ def main() -> int:
         env = {**os.environ, "KL_FUZZ_SEEDS": options.seeds,
                "KL_FUZZ_EXAMPLES": str(options.examples), "KL_FUZZ_REPORT": str(report)}
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                   "tests/test_hostile_seeds.py"]
+                   "tests/web/test_hostile_seeds.py"]
         if options.workers:
             command += ["-n", str(options.workers)]
         started = time.monotonic()

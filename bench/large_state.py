@@ -186,7 +186,7 @@ def main() -> None:
     size = len(body)
     kinds = args.servers.split(",")
     print(f"state: {size / 1e6:.1f} MB, {args.resources} resources")
-    from kilolock.store.embedded import EmbeddedPostgres
+    from kilolock.store.postgres.embedded import EmbeddedPostgres
 
     floors: list[tuple[float, float]] = []
     copy_floors: list[tuple[float, float]] = []

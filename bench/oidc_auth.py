@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from oidc_issuer import github_claims  # noqa: E402
-from oidc_support import STATIC_TOKEN, OidcLane, bearer, oidc_basic  # noqa: E402
 from twisted.internet.defer import Deferred  # noqa: E402
 
-from kilolock.auth import authenticate  # noqa: E402
+from kilolock.auth.portal import authenticate  # noqa: E402
+from tests.support.oidc_issuer import github_claims  # noqa: E402
+from tests.support.oidc_support import STATIC_TOKEN, OidcLane, bearer, oidc_basic  # noqa: E402
 
 
 def synchronously(pending: Any) -> Any:

@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from kilolock.store.embedded import EmbeddedPostgres
+from kilolock.store.postgres.embedded import EmbeddedPostgres
 
 HERE = Path(__file__).resolve().parent
 

@@ -2,7 +2,7 @@
 
 In process, each round: the baseline -- json.loads of the whole state, the
 module's resources picked out, json.dumps of the slice -- next to
-kilolock.tfstate_slice on the same bytes: one module (1,000 resources), one
+kilolock.tfstate.slice on the same bytes: one module (1,000 resources), one
 address, the outputs only, and one address projected.  Each is timed, and
 its peak of Python allocations while it runs is measured (tracemalloc, in a
 separate run so the timing is not slowed).  Then, per server kind, the
@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from large_state import big_state
 from servers import peak_rss_bytes, running
 
-from kilolock.tfaddress import parse_address
-from kilolock.tfstate_slice import Selector, slice_document, slice_projection
+from kilolock.tfstate.address import parse_address
+from kilolock.tfstate.slice import Selector, slice_document, slice_projection
 
 MODULE = "module.shard_7"
 ADDRESS = "module.shard_3.aws_instance.node_3"

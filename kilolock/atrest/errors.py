@@ -10,7 +10,7 @@ the version and the check that failed, never state bytes or key material.
 
 from __future__ import annotations
 
-from kilolock.errors import KilolockError
+from kilolock.core.errors import KilolockError
 
 
 class StoredVersionUnreadable(KilolockError):

@@ -29,7 +29,7 @@ class IKeyProvider(Interface):
     A provider never hands out a KEK itself, only data keys it generated or
     unwrapped.  Failures: L{kilolock.atrest.errors.UnknownKey} for an id it
     does not hold, L{kilolock.atrest.errors.KeyUnwrapFailed} for a wrapped
-    key its KEK does not open, and L{kilolock.errors.ServiceUnavailable} when
+    key its KEK does not open, and L{kilolock.core.errors.ServiceUnavailable} when
     a remote provider cannot be reached (clients retry later).
     """
 

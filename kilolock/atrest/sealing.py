@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from kilolock.atrest.envelope import NONCE_BYTES, SealedPayload
 from kilolock.atrest.errors import AuthenticationFailed
-from kilolock.errors import PayloadTooLarge
+from kilolock.core.errors import PayloadTooLarge
 
 DATA_KEY_BYTES = 32
 

@@ -8,9 +8,9 @@ import argparse
 from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
+from kilolock.core.model import parse_created
 from kilolock.kl.context import Context
 from kilolock.kl.exits import EXIT_USAGE, KlError
-from kilolock.model import parse_created
 
 #: A command: what it works with and its arguments in, the exit code out.
 Handler = Callable[[Context, argparse.Namespace], int]

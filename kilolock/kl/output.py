@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from attrs import define
 
-from kilolock.model import parse_created
+from kilolock.core.model import parse_created
 
 #: Files at least this big get a progress bar on an interactive stderr.
 PROGRESS_THRESHOLD = 1 << 20

@@ -16,7 +16,7 @@ import enum
 import hashlib
 from collections.abc import Iterable
 
-from kilolock.errors import BadRequest, Conflict, NotFound
+from kilolock.core.errors import BadRequest, Conflict, NotFound
 from kilolock.stateops.model import Chunk, UploadSession
 
 __all__ = ["MAX_CHUNK_BYTES", "ChunkConflict", "Placement", "TooManyUploads",

@@ -11,8 +11,8 @@ from typing import Any
 
 from attrs import evolve, field, frozen
 
-from kilolock.errors import StateExists
-from kilolock.model import Principal, StateKey, StateUpload
+from kilolock.core.errors import StateExists
+from kilolock.core.model import Principal, StateKey, StateUpload
 
 __all__ = ["CANCELLED", "FAILED", "FINISHED", "RUNNING", "SUCCEEDED",
            "Chunk", "OperationRecord", "Owner", "StateWrite", "UploadSession",
@@ -148,12 +148,12 @@ class UploadSession:
 @frozen
 class StateWrite:
     """One state's new version in a write of several states (see
-    L{kilolock.stateops.interfaces.IStateOperationsStore.write_states}).
+    L{kilolock.store.interfaces.stateops.IStateOperationsStore.write_states}).
 
     @ivar first_version: the version must be the state's first: the writer
         planned it from a state without a version, so a version written by
         anyone meanwhile refuses the whole write
-        (L{kilolock.errors.StateExists}) instead of being overwritten.
+        (L{kilolock.core.errors.StateExists}) instead of being overwritten.
     """
 
     key: StateKey

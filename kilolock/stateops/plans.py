@@ -2,8 +2,8 @@
 current bytes to their new bytes.  Pure: no Twisted, no I/O (the runner
 calls L{plan_operation} in a thread).
 
-  - C{rm}: L{kilolock.state_moves.remove};
-  - C{mv}: L{kilolock.state_moves.move}, within the state or to another
+  - C{rm}: L{kilolock.stateops.moves.remove};
+  - C{mv}: L{kilolock.stateops.moves.move}, within the state or to another
     (C{toState}; Terraform's C{state mv -state-out});
   - C{split}: each part's module moved to its own new state;
   - C{import}: a state file as the next version (L{import_body}).
@@ -22,16 +22,16 @@ from typing import Any
 
 from attrs import frozen
 
-from kilolock.errors import EncryptedState, StateExists, VersionNotFound
-from kilolock.model import StateKey
-from kilolock.state_document import (
+from kilolock.core.errors import EncryptedState, StateExists, VersionNotFound
+from kilolock.core.model import StateKey
+from kilolock.stateops.document import (
     WorkingState,
     import_body,
     new_state,
     open_state,
     render_state,
 )
-from kilolock.state_moves import move, move_wanted, remove, remove_wanted
+from kilolock.stateops.moves import move, move_wanted, remove, remove_wanted
 from kilolock.stateops.requests import (
     ImportRequest,
     MoveRequest,
@@ -39,8 +39,8 @@ from kilolock.stateops.requests import (
     RemoveRequest,
     SplitRequest,
 )
-from kilolock.tfaddress import ModuleStep
-from kilolock.tfstate import parse_state
+from kilolock.tfstate.address import ModuleStep
+from kilolock.tfstate.parse import parse_state
 
 __all__ = ["Planned", "StateExists", "plan_operation"]
 
@@ -62,7 +62,7 @@ def plan_operation(request: OperationRequest, keys: Mapping[str, StateKey],
     @param keys: the state of each name the request uses.
     @param current: the current bytes of each of those states (None: none).
     @param state_file: the bytes an import brings.
-    @raise kilolock.errors.KilolockError: what the operation cannot do (an
+    @raise kilolock.core.errors.KilolockError: what the operation cannot do (an
         address that names nothing, a taken destination, an encrypted
         state, a state without a version ...).
     """

@@ -14,9 +14,9 @@ C{WORKSPACE_ID/ENV_PUBLIC_ID/NAME}), and per kind::
 spelt, a move stays in its state -- decided where the names are resolved,
 L{kilolock.web.native.operations}; a part's C{to} defaults to its
 C{module}, C{""} being the root module.)  The body
-is read under the text rules of every JSON body (L{kilolock.text_rules}).
-Addresses are Terraform's (L{kilolock.tfaddress}); moves are checked by
-L{kilolock.state_moves.check_move}.  Every problem is a 400 naming the field;
+is read under the text rules of every JSON body (L{kilolock.core.text}).
+Addresses are Terraform's (L{kilolock.tfstate.address}); moves are checked by
+L{kilolock.stateops.moves.check_move}.  Every problem is a 400 naming the field;
 unknown fields are refused too (a misspelt field never silently does
 nothing).  Messages never quote the body.
 """
@@ -27,10 +27,10 @@ from typing import Any
 
 from attrs import frozen
 
-from kilolock.errors import InvalidField
-from kilolock.state_moves import InvalidMove, check_move
-from kilolock.text_rules import NotJSON, load_json
-from kilolock.tfaddress import InvalidAddress, Target, parse_address
+from kilolock.core.errors import InvalidField
+from kilolock.core.text import NotJSON, load_json
+from kilolock.stateops.moves import InvalidMove, check_move
+from kilolock.tfstate.address import InvalidAddress, Target, parse_address
 
 __all__ = ["ImportRequest", "MoveRequest", "OperationRequest", "RemoveRequest", "SplitPart",
            "SplitRequest", "parse_operation"]
@@ -111,7 +111,7 @@ def parse_operation(body: bytes) -> OperationRequest:
     """Parse and check an operation request (see the module's docstring).
 
     @raise InvalidText: (400) the body breaks a text rule of every JSON body
-        (L{kilolock.text_rules}: C{nul_character}, C{too_deep}, ...), naming
+        (L{kilolock.core.text}: C{nul_character}, C{too_deep}, ...), naming
         the member at fault.
     @raise InvalidField: (400) naming the field at fault.
     """

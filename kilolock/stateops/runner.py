@@ -57,18 +57,9 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
 import kilolock
-from kilolock.errors import KilolockError, LockConflict
-from kilolock.interfaces import IStateStore
-from kilolock.model import (
-    STATE_OPERATION,
-    LockInfo,
-    Principal,
-    StateKey,
-    StateUpload,
-    rfc3339,
-    utcnow,
-)
-from kilolock.stateops.interfaces import IStateOperationsStore
+from kilolock.core.errors import KilolockError, LockConflict
+from kilolock.core.events import STATE_OPERATION
+from kilolock.core.model import LockInfo, Principal, StateKey, StateUpload, rfc3339, utcnow
 from kilolock.stateops.model import (
     CANCELLED,
     FAILED,
@@ -81,7 +72,9 @@ from kilolock.stateops.model import (
     operation_lock_operation,
 )
 from kilolock.stateops.plans import Planned
-from kilolock.tfstate import parse_state
+from kilolock.store.interfaces.stateops import IStateOperationsStore
+from kilolock.store.interfaces.states import IStateStore
+from kilolock.tfstate.parse import parse_state
 
 __all__ = ["LEASE_SECONDS", "RENEW_SECONDS", "STEPS", "OperationLocked", "OperationRunner",
            "operation_lock",

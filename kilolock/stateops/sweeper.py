@@ -15,7 +15,7 @@ from typing import Any
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
-from kilolock.background import PeriodicWork
+from kilolock.server.background import PeriodicWork
 from kilolock.stateops.runner import LEASE_SECONDS, OperationRunner
 
 __all__ = ["SWEEP_SECONDS", "OperationSweeper"]

@@ -3,7 +3,7 @@ the lane answers them as JSON:API error documents)."""
 
 from __future__ import annotations
 
-from kilolock.errors import BadRequest, Conflict, KilolockError
+from kilolock.core.errors import BadRequest, Conflict, KilolockError
 
 
 class InvalidDocument(BadRequest):

@@ -22,7 +22,7 @@ import hmac
 import secrets
 from datetime import datetime, timedelta
 
-from kilolock.errors import ChecksumMismatch, NotFound
+from kilolock.core.errors import ChecksumMismatch, NotFound
 from kilolock.tfe.model import JSON_PART, PENDING, STATE_PART, PendingVersion
 
 #: How long a grant may be used after the version is announced.

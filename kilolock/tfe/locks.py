@@ -21,9 +21,9 @@ import uuid
 from datetime import datetime
 
 import kilolock
-from kilolock.model import HeldLock, LockInfo, Principal, rfc3339
+from kilolock.core.model import HeldLock, LockInfo, Principal, rfc3339
+from kilolock.core.text import clean_text
 from kilolock.stateops.model import OPERATION_LOCK
-from kilolock.text_rules import clean_text
 
 #: The C{Operation} of every TFE-lane lock: how the lane recognises its locks.
 TFE_OPERATION = "locked through the TFE lane"

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from attrs import frozen
 
-from kilolock.model import StateKey
+from kilolock.core.model import StateKey
 
 #: The statuses of a pending state version, as the TFE API names them
 #: (C{uploading} is Kilolock's own: its bytes are being stored).

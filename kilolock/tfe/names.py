@@ -14,7 +14,7 @@ A workspace named C{NAME} is the state the HTTP lane addresses as
 C{/v1/states/NAME} with the same credentials: in the open and static auth
 modes the state C{NAME}, for a hosted token the state
 C{{workspace_id}/{env_public_id}/NAME} of the token's environment
-(L{kilolock.scope.state_key} decides).
+(L{kilolock.rules.scope.state_key} decides).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import string
 
 from attrs import frozen
 
-from kilolock.errors import InvalidPath
-from kilolock.web.paths import validate_segment
+from kilolock.core.errors import InvalidPath
+from kilolock.rules.paths import validate_segment
 
 WORKSPACE_PREFIX = "ws-"
 VERSION_PREFIX = "sv-"

@@ -9,7 +9,7 @@ from typing import Any
 
 from attrs import frozen
 
-from kilolock.model import OutputRow
+from kilolock.core.model import OutputRow
 
 #: The TFE C{type} of each cty type kind.
 _KINDS = {"string": "string", "number": "number", "bool": "boolean", "list": "array",

@@ -17,7 +17,7 @@ from typing import Any
 
 from attrs import frozen
 
-from kilolock.text_rules import NotJSON, load_json
+from kilolock.core.text import NotJSON, load_json
 from kilolock.tfe.errors import InvalidAttribute, InvalidDocument
 from kilolock.tfe.model import Tag
 from kilolock.tfe.names import MAX_TAGS, InvalidName, check_tag_text, check_workspace_name
@@ -61,7 +61,7 @@ class StateVersionCreate:
 
 def load_document(body: bytes, limit: int = MAX_DOCUMENT_BYTES) -> dict[str, Any]:
     """The body as a JSON object, under the text rules of every lane
-    (L{kilolock.text_rules}).
+    (L{kilolock.core.text}).
 
     @raise InvalidDocument: too large, not JSON, or not an object.
     @raise InvalidText: not UTF-8, nested too deeply, a non-finite number, a

@@ -16,9 +16,9 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.web.server import Request
 
-from kilolock.errors import BadRequest, ChecksumMismatch, InvalidState, InvalidText
-from kilolock.model import ParsedState, StateUpload
-from kilolock.text_rules import (
+from kilolock.core.errors import BadRequest, ChecksumMismatch, InvalidState, InvalidText
+from kilolock.core.model import ParsedState, StateUpload
+from kilolock.core.text import (
     MAX_LOCK_ID_LENGTH,
     MAX_LOCK_INFO_BYTES,
     TOO_LONG,
@@ -27,9 +27,9 @@ from kilolock.text_rules import (
     decode_utf8,
     load_json,
 )
-from kilolock.tfstate import parse_state
-from kilolock.tfstate_projection import StreamedResources
-from kilolock.upload_feed import UploadFeed
+from kilolock.store.upload_feed import UploadFeed
+from kilolock.tfstate.parse import parse_state
+from kilolock.tfstate.projection import StreamedResources
 from kilolock.web.request import DEFAULT_MAX_BODY_BYTES
 
 log = Logger()
@@ -176,7 +176,7 @@ async def parse_upload(request: Request, body: bytes, reactor: Any) -> StateUplo
 def start_upload_feed(body: bytes, content_md5: bytes | None, reactor: Any) -> UploadFeed:
     """Start L{prepare_upload} of a large body (C{content_md5} the request's
     C{Content-MD5}) in a thread, its rows fed to a store as they come
-    (L{kilolock.upload_feed}); the answers and their order are
+    (L{kilolock.store.upload_feed}); the answers and their order are
     L{parse_upload}'s.
 
     @return: the L{UploadFeed}, whose C{parsed()} fires with the upload."""
@@ -223,7 +223,7 @@ def unlock_lock_id(body: bytes, query_id: str | None, allow_plain: bool) -> str 
     Accepted: LockInfo JSON (an empty or absent C{ID} means force), an empty
     body (force, or the C{?ID=} query value when given), a JSON string, and on
     the C{/v1/state-unlock} alias also a plain lock-id string.  The body
-    follows the text rules of L{kilolock.text_rules} like a LOCK body.
+    follows the text rules of L{kilolock.core.text} like a LOCK body.
     """
     if not body.strip():
         return query_id or None

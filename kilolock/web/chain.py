@@ -9,10 +9,10 @@ from __future__ import annotations
 from attrs import frozen
 from twisted.web.server import Request
 
-from kilolock.audit import TRUNCATED, ChainBreak, ChainHead, verify_chain
-from kilolock.errors import InvalidField
-from kilolock.interfaces import IStateStore
-from kilolock.model import AuditEvent
+from kilolock.core.audit import TRUNCATED, ChainBreak, ChainHead, verify_chain
+from kilolock.core.errors import InvalidField
+from kilolock.core.events import AuditEvent
+from kilolock.store.interfaces.states import IStateStore
 from kilolock.web.query import field_error, query_value
 
 #: The query parameter that pins a head.

@@ -46,7 +46,6 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http import HTTPChannel
 
-from kilolock.web._base import error_dialect_for
 from kilolock.web.edge import (
     BODY_TOO_SLOW,
     DEFAULT_LIMITS,
@@ -59,6 +58,7 @@ from kilolock.web.edge import (
     Refusal,
 )
 from kilolock.web.forwarded import is_trusted
+from kilolock.web.resource import error_dialect_for
 
 log = Logger(namespace="kilolock.access")
 

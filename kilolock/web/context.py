@@ -15,10 +15,10 @@ from twisted.logger import Logger
 from twisted.web.server import Request
 from zope.interface import Interface, implementer
 
-from kilolock.errors import Denied
-from kilolock.model import Principal, StateKey
+from kilolock.core.errors import Denied
+from kilolock.core.model import Principal, StateKey
 
-log = Logger(namespace="kilolock.auth")
+log = Logger(namespace="kilolock.auth.portal")
 
 #: The route of a request no resource answered (an unknown path, a bad segment).
 UNMATCHED = "unmatched"

@@ -7,11 +7,12 @@ import json
 from datetime import datetime
 from typing import Any
 
-from kilolock.model import AuditEvent, HeldLock, rfc3339
-from kilolock.text_rules import stored_document
+from kilolock.core.events import AuditEvent
+from kilolock.core.model import HeldLock, rfc3339
+from kilolock.core.text import stored_document
 from kilolock.tfe.locks import lane_of
-from kilolock.tfstate_json import compact_json
-from kilolock.web._base import JSON, Response
+from kilolock.tfstate.values import compact_json
+from kilolock.web.resource import JSON, Response
 
 NO_STORE = {b"Cache-Control": b"no-store"}
 

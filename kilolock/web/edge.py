@@ -16,8 +16,8 @@ from typing import Any
 from attrs import fields, frozen
 from twisted.web.http import RESPONSES
 
-from kilolock.errors import KilolockError
-from kilolock.web._base import ErrorDialect, response_for_error
+from kilolock.core.errors import KilolockError
+from kilolock.web.resource import ErrorDialect, response_for_error
 
 #: The request line (method, target, version) at most, in bytes.
 DEFAULT_MAX_REQUEST_LINE = 8192

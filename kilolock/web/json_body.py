@@ -1,5 +1,5 @@
 """The JSON request bodies of the control API and the retention calls: the
-size limit, the text rules (L{kilolock.text_rules}) and the allowed
+size limit, the text rules (L{kilolock.core.text}) and the allowed
 members, each checked here and worded the same everywhere."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kilolock.errors import InvalidField
-from kilolock.text_rules import NotJSON, load_json
+from kilolock.core.errors import InvalidField
+from kilolock.core.text import NotJSON, load_json
 
 __all__ = ["json_body", "json_body_object", "only_fields"]
 

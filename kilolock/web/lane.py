@@ -1,11 +1,11 @@
 """What every resource that reads or changes states works with: the store,
 the authentication portal, the reactor and the metrics; and the way a
-caller gets in (authentication, then the scope rule of L{kilolock.scope}).
+caller gets in (authentication, then the scope rule of L{kilolock.rules.scope}).
 
 Every tree that addresses states uses it: the Terraform HTTP backend
-(L{kilolock.web.states}), the native API (L{kilolock.web.native}), the TFE
+(L{kilolock.web.http.states}), the native API (L{kilolock.web.native}), the TFE
 lane (L{kilolock.web.tfe}) and any other lane.  So a CI job's OIDC token
-(L{kilolock.oidc_access}) is decided here for all of them: its tenant (from
+(L{kilolock.auth.oidc.access}) is decided here for all of them: its tenant (from
 the workspace the state's path names, in hosted mode), its grants on the
 state (read, write, outputs-only), and the lock grace of an expired token
 finishing its own apply (a write fenced by the lock, the unlock, or the
@@ -21,14 +21,14 @@ from attrs import evolve, frozen
 from twisted.cred.portal import Portal
 from twisted.web.server import Request
 
-from kilolock.auth import authenticate
-from kilolock.interfaces import IStateStore
-from kilolock.metrics import Metrics
-from kilolock.model import Principal, StateKey, WriteOutcome
-from kilolock.oidc.policy import Access
-from kilolock.retention import KEEP_EVERYTHING, RetentionPolicy
-from kilolock.scope import check_caller, state_key
-from kilolock.tls import with_client_certificate
+from kilolock.auth.oidc.policy import Access
+from kilolock.auth.portal import authenticate
+from kilolock.auth.tls import with_client_certificate
+from kilolock.core.model import Principal, StateKey, WriteOutcome
+from kilolock.retention.policy import KEEP_EVERYTHING, RetentionPolicy
+from kilolock.rules.scope import check_caller, state_key
+from kilolock.server.metrics import Metrics
+from kilolock.store.interfaces.states import IStateStore
 from kilolock.web.context import context_of
 from kilolock.web.request import client_address
 
@@ -70,7 +70,7 @@ class StateLane:
     async def authorize(self, request: Request, write: bool = False,
                         outputs: bool = False) -> Principal:
         """The caller of a request that names no state (C{outputs}: see
-        L{kilolock.scope.state_key}).
+        L{kilolock.rules.scope.state_key}).
 
         @return: (awaited) the principal, with the client's address and
             certificate for the audit trail.

@@ -1,7 +1,7 @@
 """Query parameters, read the same way by every lane: the last value of a
 parameter wins, repeatable parameters also split on commas, a value that
 is not UTF-8 or holds a NUL is a 400 naming the text rule it breaks
-(L{kilolock.text_rules}), and one that is not the expected kind a 400 too."""
+(L{kilolock.core.text}), and one that is not the expected kind a 400 too."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from datetime import datetime
 
 from twisted.web.server import Request
 
-from kilolock.errors import BadRequest, InvalidField
-from kilolock.model import parse_created
-from kilolock.text_rules import check_text, decode_utf8
+from kilolock.core.errors import BadRequest, InvalidField
+from kilolock.core.model import parse_created
+from kilolock.core.text import check_text, decode_utf8
 
 __all__ = ["field_error", "plain_error", "query_each", "query_id", "query_time",
            "query_value", "query_values"]
@@ -32,7 +32,7 @@ def plain_error(name: str, message: str) -> BadRequest:
 
 
 def _text(raw: bytes, name: str) -> str:
-    """A parameter's value under the text rules (L{kilolock.text_rules}):
+    """A parameter's value under the text rules (L{kilolock.core.text}):
     UTF-8 without NUL.  @raise InvalidText: naming the parameter."""
     what = f"the query parameter {name}"
     return check_text(decode_utf8(raw, what, name), what, name)

@@ -17,13 +17,13 @@ from twisted.web.error import UnsupportedMethod
 from twisted.web.resource import IResource
 from twisted.web.server import NOT_DONE_YET, Request
 
-from kilolock.errors import MethodNotAllowed
-from kilolock.web._base import KilolockResource, response_for_error, write_response
+from kilolock.core.errors import MethodNotAllowed
 from kilolock.web.admission import Admission, UploadBudget
 from kilolock.web.channel import count_on
 from kilolock.web.context import context_of
 from kilolock.web.edge import Refusal, over_budget, payload_too_large
 from kilolock.web.forwarded import ClientOrigin, client_origin
+from kilolock.web.resource import KilolockResource, response_for_error, write_response
 
 log = Logger(namespace="kilolock.access")
 

@@ -1,22 +1,22 @@
 """What the native and control APIs share about retention and purges: the
 documents they answer, and the request bodies they read (a policy, a purge
-with its reason).  Who may change either is L{kilolock.scope.check_admin}'s
+with its reason).  Who may change either is L{kilolock.rules.scope.check_admin}'s
 rule (the control API's token may, for any tenant)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kilolock.errors import InvalidField
-from kilolock.model import StateVersion, rfc3339
-from kilolock.retention import (
+from kilolock.core.errors import InvalidField
+from kilolock.core.model import StateVersion, rfc3339
+from kilolock.retention.policy import (
     RetentionPolicy,
     RetentionSetting,
     effective_policy,
     parse_policy,
     policy_document,
 )
-from kilolock.retention_interfaces import IRetentionStore
+from kilolock.store.interfaces.retention import IRetentionStore
 from kilolock.web.json_body import json_body, only_fields
 
 __all__ = ["MAX_REASON", "policy_body", "purge_body", "retention_answer",

@@ -12,22 +12,22 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
-from kilolock.interfaces import IStateStore
-from kilolock.metrics import Metrics
-from kilolock.retention import KEEP_EVERYTHING, RetentionPolicy
-from kilolock.web._base import Directory
+from kilolock.retention.policy import KEEP_EVERYTHING, RetentionPolicy
+from kilolock.server.metrics import Metrics
+from kilolock.store.interfaces.states import IStateStore
 from kilolock.web.admission import UploadBudget, trim_malloc
 from kilolock.web.channel import KilolockChannel
-from kilolock.web.discovery import DiscoveryResource
 from kilolock.web.edge import DEFAULT_LIMITS, EdgeLimits
 from kilolock.web.forwarded import Network
-from kilolock.web.health import HealthResource, ReadinessResource
+from kilolock.web.http.states import StateResource, StateUnlockResource, states_branch
 from kilolock.web.lane import StateLane
-from kilolock.web.metrics import MetricsResource
 from kilolock.web.native.options import NativeOptions
 from kilolock.web.native.tree import NativeRoot
+from kilolock.web.ops.discovery import DiscoveryResource
+from kilolock.web.ops.health import HealthResource, ReadinessResource
+from kilolock.web.ops.metrics import MetricsResource
 from kilolock.web.request import DEFAULT_MAX_BODY_BYTES, KilolockRequest
-from kilolock.web.states import StateResource, StateUnlockResource, states_branch
+from kilolock.web.resource import Directory
 from kilolock.web.tfe.discovery import TerraformDiscoveryResource
 from kilolock.web.tfe.lane import TFELane
 from kilolock.web.tfe.tree import api_root
@@ -42,7 +42,7 @@ def build_root(store: IStateStore, portal: Portal, reactor: Any,
                retention: RetentionPolicy = KEEP_EVERYTHING,
                native: NativeOptions | None = None) -> Resource:
     """The state listener's tree: C{/v1/states/...} and C{/v1/state-unlock/...}
-    (L{kilolock.web.states}), C{/v1/native/...} (L{kilolock.web.native}),
+    (L{kilolock.web.http.states}), C{/v1/native/...} (L{kilolock.web.native}),
     C{/api/v2/...} (the TFE lane, L{kilolock.web.tfe}; its URLs based on
     C{public_url}, else the request's host), C{/healthz}, C{/readyz},
     C{/metrics} (with C{metrics}), C{/.well-known/kilolock} and

@@ -7,7 +7,7 @@ from twisted.application.service import ServiceMaker
 
 kilolock = ServiceMaker(
     "Kilolock",
-    "kilolock.tap",
+    "kilolock.server.tap",
     "A Terraform/OpenTofu remote state server (http backend)",
     "kilolock",
 )

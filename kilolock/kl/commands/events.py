@@ -1,6 +1,6 @@
 """C{kl events} (the audit trail, filtered, paged or followed), C{kl events
 verify} (the hash chain, checked by the server and again here with
-L{kilolock.audit.verify_chain}, against the head the server recorded and a
+L{kilolock.core.audit.verify_chain}, against the head the server recorded and a
 head pinned with C{--expect-head}) and C{kl events head} (the head to pin)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kilolock.audit import (
+from kilolock.core.audit import (
     GENESIS_HEAD,
     HEAD_MISMATCH,
     MISSING,
@@ -21,11 +21,12 @@ from kilolock.audit import (
     ChainHead,
     verify_chain,
 )
+from kilolock.core.events import AuditEvent
+from kilolock.core.model import parse_created
 from kilolock.kl.arguments import CommandTree, positive_float, positive_int, rfc3339_time
 from kilolock.kl.context import Context
 from kilolock.kl.exits import EXIT_BROKEN_CHAIN, EXIT_OK
 from kilolock.kl.output import Output, format_time
-from kilolock.model import AuditEvent, parse_created
 
 #: Events per page when kl reads the whole trail.
 PAGE_SIZE = 10000

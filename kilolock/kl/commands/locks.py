@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kilolock
+from kilolock.core.model import rfc3339
 from kilolock.kl.arguments import STATE_NAME_HELP, CommandTree
 from kilolock.kl.context import Context, state_path
 from kilolock.kl.exits import EXIT_OK, EXIT_USAGE, KlError
 from kilolock.kl.output import Output, format_age, format_time
-from kilolock.model import rfc3339
 
 
 def register(tree: CommandTree) -> None:

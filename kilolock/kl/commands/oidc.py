@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from kilolock.auth.oidc.policy_file import MAX_FILE, parse_policy_text
+from kilolock.auth.oidc.validation import PolicyError
 from kilolock.kl.arguments import CommandTree
 from kilolock.kl.context import Context
 from kilolock.kl.exits import EXIT_OK, EXIT_USAGE, KlError
 from kilolock.kl.output import Output, format_time
-from kilolock.oidc.policy_file import MAX_FILE, parse_policy_text
-from kilolock.oidc.validation import PolicyError
 
 
 def register(tree: CommandTree) -> None:

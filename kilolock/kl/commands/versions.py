@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kilolock.errors import KilolockError
+from kilolock.core.errors import KilolockError
 from kilolock.kl.arguments import STATE_NAME_HELP, CommandTree, positive_int
 from kilolock.kl.commands.locks import json_headers, lock_info
 from kilolock.kl.context import Context, state_path
@@ -28,8 +28,8 @@ from kilolock.kl.exits import (
 )
 from kilolock.kl.output import PROGRESS_THRESHOLD, Output, Progress, format_size
 from kilolock.kl.uploads import DEFAULT_CHUNK_BYTES, UPLOAD_THRESHOLD, send_in_chunks
-from kilolock.statediff import restore_body
-from kilolock.tfstate import parse_state
+from kilolock.tfstate.diff import restore_body
+from kilolock.tfstate.parse import parse_state
 
 
 def register(tree: CommandTree) -> None:

@@ -92,7 +92,7 @@ def cancel_read(connection: psycopg.Connection[Any]) -> None:
 def psycopg2_errors() -> Iterator[None]:
     """Raise psycopg 3's connection and cancellation errors as psycopg2's
     (C{QueryCanceledError}, C{OperationalError}, C{InterfaceError}), the
-    classes the store maps to L{kilolock.errors.ServiceUnavailable}; other
+    classes the store maps to L{kilolock.core.errors.ServiceUnavailable}; other
     errors pass unchanged."""
     try:
         yield

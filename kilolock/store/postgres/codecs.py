@@ -17,7 +17,7 @@ from typing import Any
 from attrs import define, field
 from psycopg2.extensions import ISQLQuote
 
-from kilolock.model import Projection, StateUpload
+from kilolock.core.model import Projection, StateUpload
 
 __all__ = ["SQLLiteral", "WriteParameters", "bytes_from_hex"]
 
@@ -70,7 +70,7 @@ class WriteParameters:
     arrays of row objects (parameters of the schema's C{kl_write_state}),
     pre-quoted, and their digests.  Attribute JSON is spliced in as it is,
     never parsed again: the projection made it storable as jsonb
-    (L{kilolock.tfstate_projection})."""
+    (L{kilolock.tfstate.projection})."""
 
     resources: SQLLiteral
     dependencies: SQLLiteral

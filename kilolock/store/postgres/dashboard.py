@@ -1,8 +1,8 @@
 """What the dashboard asks of PostgreSQL: a page of states (filtered,
 sorted, with the event that wrote each current version) and the browser
-sessions (L{kilolock.interfaces.ISessionStore}).
+sessions (L{kilolock.store.interfaces.states.ISessionStore}).
 
-Each call is one transaction; the rules are L{kilolock.state_listing}'s,
+Each call is one transaction; the rules are L{kilolock.rules.listing}'s,
 said in SQL: the name filter folds ASCII letters only, a state without the
 sorted value sorts first ascending and last descending, ties by path.
 """
@@ -14,16 +14,15 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, ensureDeferred
 
-from kilolock.model import (
-    Principal,
-    StateKey,
+from kilolock.core.model import Principal, StateKey, StateSummary, UiSession
+from kilolock.rules.listing import (
+    ASCII_LOWER,
+    ASCII_UPPER,
     StateListing,
     StateListQuery,
     StatePage,
-    StateSummary,
-    UiSession,
+    check_listing,
 )
-from kilolock.state_listing import ASCII_LOWER, ASCII_UPPER, check_listing
 from kilolock.store.postgres import rows
 from kilolock.store.postgres.rows import EVENT_COLUMNS_LIMITED
 from kilolock.store.postgres.runner import TransactionRunner
@@ -160,8 +159,8 @@ class PostgresDashboard:
 
     def list_states_page(self, tenant: str, query: StateListQuery) -> Deferred[StatePage]:
         """@return: a Deferred firing with the L{StatePage} (see
-        L{kilolock.interfaces.IStateStore.list_states_page}); failing with
-        L{kilolock.errors.BadRequest} for an unusable query."""
+        L{kilolock.store.interfaces.states.IStateStore.list_states_page}); failing with
+        L{kilolock.core.errors.BadRequest} for an unusable query."""
         page_sql, count_sql, params = select_states_page(query)
         params["tenant"] = tenant
 

@@ -1,10 +1,10 @@
 """A window of a tenant's audit events in PostgreSQL
-(L{kilolock.event_pages}): L{event_matches} said in SQL, paged by C{seq}
+(L{kilolock.rules.event_pages}): L{event_matches} said in SQL, paged by C{seq}
 on the C{events_tenant_seq} index, one statement in one transaction.
 
 The C{by} filter: C{strpos} on the principal, and on the detail's stored
 JSON text for the search text escaped as JSON escapes it
-(L{kilolock.event_pages.escaped}); the detail is never parsed, so a detail
+(L{kilolock.rules.event_pages.escaped}); the detail is never parsed, so a detail
 stored before today's text rules (a lone surrogate's escape) is searched
 like any other.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
-from kilolock.event_pages import EventPageQuery, escaped
-from kilolock.model import AuditEvent
+from kilolock.core.events import AuditEvent
+from kilolock.rules.event_pages import EventPageQuery, escaped
 from kilolock.store.postgres import rows
 from kilolock.store.postgres.rows import EVENT_COLUMNS_LIMITED
 from kilolock.store.postgres.runner import TransactionRunner
@@ -49,7 +49,7 @@ def select_events_page(tenant: str, query: EventPageQuery) -> tuple[str, dict[st
 
 
 class PostgresEventPages:
-    """L{kilolock.interfaces.IStateStore.list_events_page} for PostgreSQL."""
+    """L{kilolock.store.interfaces.states.IStateStore.list_events_page} for PostgreSQL."""
 
     def __init__(self, runner: TransactionRunner) -> None:
         self._runner = runner

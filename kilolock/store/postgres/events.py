@@ -4,8 +4,8 @@ transaction, and the two calls of L{IStateStore} about events.
 Events are chained per tenant: the chain head (last seq and hash) is kept on
 the tenant row, which an append locks last in its transaction (the schema's
 C{kl_append_event}; the lock order is described in C{006_write_path.sql});
-the hash is PostgreSQL's sha256() over the text L{kilolock.audit.event_hash}
-hashes (L{kilolock.audit.event_hash_template}), so both stores chain alike.
+the hash is PostgreSQL's sha256() over the text L{kilolock.core.audit.event_hash}
+hashes (L{kilolock.core.audit.event_hash_template}), so both stores chain alike.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 from attrs import evolve
 from twisted.internet.defer import Deferred
 
-from kilolock.audit import GENESIS_HEAD, ChainHead, event_hash_template, unchained_event
-from kilolock.model import AuditEvent
+from kilolock.core.audit import GENESIS_HEAD, ChainHead, event_hash_template, unchained_event
+from kilolock.core.events import AuditEvent
 from kilolock.store.postgres import rows, statements
 from kilolock.store.postgres.runner import TransactionRunner
 

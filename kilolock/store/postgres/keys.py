@@ -24,7 +24,7 @@ from typing import Any
 from kilolock.atrest.envelope import WrappedKey
 from kilolock.atrest.errors import StoredVersionUnreadable
 from kilolock.atrest.interfaces import IKeyProvider
-from kilolock.errors import EncryptionKeysRefused
+from kilolock.core.errors import EncryptionKeysRefused
 from kilolock.store.postgres.codecs import bytes_from_hex
 
 __all__ = ["KEY_IDS_IN_USE", "check_keys_txn"]

@@ -19,7 +19,7 @@ from typing import Any
 from attrs import define
 
 from kilolock.atrest.stored import StoredPayload
-from kilolock.model import DependencyRow, Projection, ResourceRow, StateUpload, StateVersion
+from kilolock.core.model import DependencyRow, Projection, ResourceRow, StateUpload, StateVersion
 from kilolock.store.postgres import statements
 from kilolock.store.postgres.blocking import (
     binary_copy,

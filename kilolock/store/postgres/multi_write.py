@@ -12,7 +12,7 @@ the lock order of C{006_write_path.sql} to several states:
 
 Two such transactions take the rows they share in the same order, and a
 single-state write takes one state row before the chain head, so no cycle
-of waits can form.  Every write is checked by L{kilolock.state_rules} before
+of waits can form.  Every write is checked by L{kilolock.rules.locks} before
 anything is inserted; any refusal or failure rolls everything back.
 """
 
@@ -24,11 +24,11 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, ensureDeferred
 
-from kilolock import state_rules
 from kilolock.atrest.envelope import VersionIdentity
-from kilolock.audit import write_detail
-from kilolock.model import Principal, StateVersion, WriteOutcome
-from kilolock.state_rules import Replay
+from kilolock.core.audit import write_detail
+from kilolock.core.model import Principal, StateVersion, WriteOutcome
+from kilolock.rules import locks
+from kilolock.rules.locks import Replay
 from kilolock.stateops.model import StateWrite, version_appeared
 from kilolock.store.postgres import large, rows, statements
 from kilolock.store.postgres.events import append_event_txn
@@ -46,7 +46,7 @@ class PostgresMultiWrites(PayloadPart):
 
     def write_states(self, writes: Sequence[StateWrite], principal: Principal,
                      event_kind: str) -> Deferred[list[WriteOutcome]]:
-        """See L{kilolock.stateops.interfaces.IStateOperationsStore.write_states}."""
+        """See L{kilolock.store.interfaces.stateops.IStateOperationsStore.write_states}."""
 
         async def write() -> list[WriteOutcome]:
             if len({w.key for w in writes}) != len(writes):
@@ -76,17 +76,17 @@ class PostgresMultiWrites(PayloadPart):
         ids = [await self._state_id_txn(cursor, w, now) for w in writes]
         await cursor.execute(_LOCK_STATE_ROWS, (sorted(ids),))
         order = sorted(range(len(writes)), key=ids.__getitem__)
-        decisions: dict[int, state_rules.Replay | state_rules.NextVersion] = {}
+        decisions: dict[int, locks.Replay | locks.NextVersion] = {}
         for i in order:
             upload = writes[i].upload
             await cursor.execute(statements.LOCK_AND_CANDIDATES,
                                  {"state": ids[i], "serial": upload.parsed.serial})
             found = cursor.fetchall()
             candidates = [rows.version(row[2:]) for row in found if row[2] is not None]
-            state_rules.check_write(writes[i].lock_id, rows.holder(found[0][:2]))
+            locks.check_write(writes[i].lock_id, rows.holder(found[0][:2]))
             if writes[i].first_version and candidates:
                 raise version_appeared(writes[i].key)
-            decisions[i] = state_rules.decide_upload(
+            decisions[i] = locks.decide_upload(
                 upload.parsed.serial, upload.sha256, candidates,
                 candidates[-1] if candidates else None)
         outcomes: dict[int, WriteOutcome] = {}

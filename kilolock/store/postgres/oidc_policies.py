@@ -17,16 +17,12 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
-from kilolock.audit import control_detail, oidc_policy_detail
-from kilolock.errors import TenantNotFound
-from kilolock.interfaces import IOidcPolicyStore
-from kilolock.model import (
-    OIDC_POLICY_DELETE,
-    OIDC_POLICY_SET,
-    OidcPolicyRecord,
-    OidcTenant,
-    Principal,
-)
+from kilolock.auth.oidc.model import OidcPolicyRecord, OidcTenant
+from kilolock.core.audit import control_detail, oidc_policy_detail
+from kilolock.core.errors import TenantNotFound
+from kilolock.core.events import OIDC_POLICY_DELETE, OIDC_POLICY_SET
+from kilolock.core.model import Principal
+from kilolock.store.interfaces.oidc import IOidcPolicyStore
 from kilolock.store.postgres import rows
 from kilolock.store.postgres.events import append_event_txn
 from kilolock.store.postgres.part import StorePart

@@ -39,7 +39,7 @@ from kilolock.atrest.compression import Base, Codec, Newest, Snapshot
 from kilolock.atrest.envelope import VersionIdentity
 from kilolock.atrest.stored import StoredPayload
 from kilolock.atrest.versions import ChainEnds, StoredRow, VersionCodec
-from kilolock.model import StateKey
+from kilolock.core.model import StateKey
 from kilolock.store.postgres.codecs import bytes_from_hex
 
 __all__ = ["CachedChain", "ChainCache", "ChainRow", "StoredColumns", "decode_chain",

@@ -30,10 +30,11 @@ from twisted.internet.defer import Deferred
 
 from kilolock.atrest.compression import Base, Codec, Snapshot
 from kilolock.atrest.versions import StoredRow
-from kilolock.audit import control_detail
-from kilolock.errors import StateNotFound, VersionIsCurrent, VersionNotFound
-from kilolock.model import VERSION_PURGE, Principal, StateKey, StateVersion
-from kilolock.retention import pruned_error
+from kilolock.core.audit import control_detail
+from kilolock.core.errors import StateNotFound, VersionIsCurrent, VersionNotFound
+from kilolock.core.events import VERSION_PURGE
+from kilolock.core.model import Principal, StateKey, StateVersion
+from kilolock.retention.policy import pruned_error
 from kilolock.store.postgres import payloads, rows, statements
 from kilolock.store.postgres.codecs import bytes_from_hex
 from kilolock.store.postgres.events import append_event_and_commit_txn
@@ -83,7 +84,7 @@ class PostgresPurge(PayloadPart):
 
     def purge_version(self, key: StateKey, number: int, reason: str,
                       actor: Principal) -> Deferred[StateVersion]:
-        """See L{kilolock.retention_interfaces.IRetentionStore.purge_version}."""
+        """See L{kilolock.store.interfaces.retention.IRetentionStore.purge_version}."""
         return self._runner.run_interaction(self._purge_txn, key, number, reason, actor)
 
     async def _purge_txn(self, cursor: Any, key: StateKey, number: int, reason: str,

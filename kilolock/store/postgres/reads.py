@@ -21,17 +21,10 @@ from twisted.logger import Logger
 from kilolock.atrest.compression import Base, Newest, Snapshot
 from kilolock.atrest.errors import StoredVersionUnreadable, WrongBase
 from kilolock.atrest.versions import ChainEnds, VersionCodec
-from kilolock.errors import StateNotFound
-from kilolock.model import (
-    Projection,
-    ResourceMatch,
-    ResourceQuery,
-    StateKey,
-    StateSummary,
-    StateVersion,
-)
-from kilolock.resource_query import check_query
-from kilolock.retention import pruned_error
+from kilolock.core.errors import StateNotFound
+from kilolock.core.model import Projection, StateKey, StateSummary, StateVersion
+from kilolock.retention.policy import pruned_error
+from kilolock.rules.resources import ResourceMatch, ResourceQuery, check_query
 from kilolock.store.postgres import large, payloads, rows, statements
 from kilolock.store.postgres.codecs import bytes_from_hex
 from kilolock.store.postgres.runner import TransactionRunner
@@ -220,10 +213,10 @@ class PostgresReads:
                         query: ResourceQuery) -> Deferred[list[ResourceMatch]]:
         """The current resource rows of C{tenant}'s states matching C{query},
         answered from the C{resources} table (see
-        L{kilolock.interfaces.IStateStore}).
+        L{kilolock.store.interfaces.states.IStateStore}).
 
         @return: a Deferred firing with a list of L{ResourceMatch}; failing
-            with L{kilolock.errors.BadRequest} for an unusable query.
+            with L{kilolock.core.errors.BadRequest} for an unusable query.
         """
         statement, params = statements.select_matches(query)
         params["tenant"] = tenant

@@ -7,7 +7,7 @@ character it cannot hold (22021, 22P05: NUL and unpaired surrogates in
 jsonb), a number out of range (22003), a string too long for its column
 (22001); and psycopg2 itself refuses to send a NUL or an unpaired
 surrogate in a text parameter.  Such a failure answers the request 400
-with the code of the text rule the value broke (L{kilolock.text_rules}),
+with the code of the text rule the value broke (L{kilolock.core.text}),
 never 503, and never marks the database unreachable.  Each is a gap in
 the validation at the edge, which should have refused the input first,
 so each is logged.  Any other error of a statement (a division by zero, a
@@ -20,8 +20,8 @@ import psycopg2
 import psycopg2.errors
 from twisted.logger import Logger
 
-from kilolock.errors import InvalidText
-from kilolock.text_rules import INVALID_UNICODE, NUL_CHARACTER, OUT_OF_RANGE, TOO_LONG
+from kilolock.core.errors import InvalidText
+from kilolock.core.text import INVALID_UNICODE, NUL_CHARACTER, OUT_OF_RANGE, TOO_LONG
 
 __all__ = ["INPUT_ERRORS", "input_refusal"]
 

@@ -3,9 +3,9 @@ the purge of one version, L{kilolock.store.postgres.purge}).
 
 A tombstone is the version's row with its bytes gone: C{codec} C{pruned},
 no payload, no data key, no base, C{pruned_at} and C{prune_reason} set
-(C{010_at_rest.sql}).  What a policy lets go is L{kilolock.retention}'s
+(C{010_at_rest.sql}).  What a policy lets go is L{kilolock.retention.policy}'s
 decision; the store reads the facts, asks, re-encodes as full snapshots
-the kept deltas whose base goes (L{kilolock.retention.rebased}), and writes
+the kept deltas whose base goes (L{kilolock.retention.policy.rebased}), and writes
 the tombstones.
 
 Pruning never waits for a write: L{PostgresRetention.prune_state} locks
@@ -16,7 +16,7 @@ short transaction.  A write that arrives meanwhile waits for that one
 state's transaction: a few statements on one state's rows.  A hold takes
 the state row C{FOR SHARE}, so a hold and a prune of the same state never
 interleave: a version held before a prune looks is kept, and a hold after
-a prune finds a tombstone (L{kilolock.errors.VersionPruned}).  The SQL
+a prune finds a tombstone (L{kilolock.core.errors.VersionPruned}).  The SQL
 stands beside its use.
 """
 
@@ -29,18 +29,12 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
-from kilolock.audit import control_detail
-from kilolock.errors import VersionNotFound
-from kilolock.model import (
-    RETENTION_CLEAR,
-    RETENTION_SET,
-    VERSIONS_PRUNE,
-    Principal,
-    PruneOutcome,
-    StateKey,
-    StateVersion,
-)
-from kilolock.retention import (
+from kilolock.core.audit import control_detail
+from kilolock.core.errors import VersionNotFound
+from kilolock.core.events import RETENTION_CLEAR, RETENTION_SET, VERSIONS_PRUNE
+from kilolock.core.model import Principal, StateKey, StateVersion
+from kilolock.retention.model import PruneOutcome
+from kilolock.retention.policy import (
     RetentionPolicy,
     RetentionSetting,
     VersionFacts,
@@ -49,7 +43,7 @@ from kilolock.retention import (
     pruned_error,
     rebased,
 )
-from kilolock.retention_interfaces import IRetentionStore
+from kilolock.store.interfaces.retention import IRetentionStore
 from kilolock.store.postgres import rows, statements
 from kilolock.store.postgres.events import append_event_and_commit_txn, append_event_txn
 from kilolock.store.postgres.part import StorePart

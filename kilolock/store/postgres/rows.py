@@ -14,23 +14,20 @@ from typing import Any, overload
 
 from attrs import evolve
 
-from kilolock.audit import GENESIS
-from kilolock.model import (
-    ApiToken,
-    AuditEvent,
+from kilolock.core.audit import GENESIS
+from kilolock.core.events import AuditEvent
+from kilolock.core.model import (
     DependencyRow,
-    Environment,
     HeldLock,
     LockInfo,
     OutputRow,
     Projection,
-    ResourceMatch,
     ResourceRow,
     StateVersion,
-    Tenant,
-    Workspace,
 )
-from kilolock.state_rules import Holder
+from kilolock.rules.hosted import ApiToken, Environment, Tenant, Workspace
+from kilolock.rules.locks import Holder
+from kilolock.rules.resources import ResourceMatch
 from kilolock.store.postgres.codecs import bytes_from_hex
 
 __all__ = [

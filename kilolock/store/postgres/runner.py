@@ -37,14 +37,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from txpostgres.reconnection import ConnectionDead
 
-from kilolock.errors import (
+from kilolock.core.errors import (
     EncryptionKeysRefused,
     KilolockError,
     ServiceUnavailable,
     Unauthorized,
 )
-from kilolock.model import StoreProbe
-from kilolock.store.embedded import EmbeddedPostgres
+from kilolock.core.model import StoreProbe
 from kilolock.store.postgres.blocking import BlockingSession, register_casters
 from kilolock.store.postgres.connection import BYTEA_AS_HEX, UNREACHABLE, ConnectTimeout
 from kilolock.store.postgres.dsn import (
@@ -55,9 +54,10 @@ from kilolock.store.postgres.dsn import (
     describe,
     without_places,
 )
+from kilolock.store.postgres.embedded import EmbeddedPostgres
 from kilolock.store.postgres.pool import ResilientPool, Ticket
 from kilolock.store.postgres.refusals import INPUT_ERRORS, input_refusal
-from kilolock.store.schema import (
+from kilolock.store.schema.upgrade import (
     OWNER_GONE_SQLSTATE,
     SCHEMA_VERSION,
     SchemaTooNew,

@@ -15,8 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from kilolock.model import ResourceQuery
-from kilolock.resource_query import attribute_steps, like_pattern
+from kilolock.rules.resources import ResourceQuery, attribute_steps, like_pattern
 from kilolock.store.postgres.prepared import PreparedSQL, prepare_statements_sql
 from kilolock.store.postgres.rows import EVENT_COLUMNS, VERSION_COLUMNS
 

@@ -6,10 +6,10 @@ statement, one round trip and one transaction: a function of the schema
 locks rows in the one order every mutation follows (the state row, its lock
 row, its versions, the tenant's chain head last), does the usual case and
 otherwise returns the facts.  The rules are decided in
-L{kilolock.state_rules} only: a function does what the rules always answer
+L{kilolock.rules.locks} only: a function does what the rules always answer
 for the facts it checks (take a free lock; release the lock the request
 names with the info it was taken with; write when
-L{state_rules.is_plain_write}), and for anything else the facts come back,
+L{locks.is_plain_write}), and for anything else the facts come back,
 the rules decide, and the call is repeated with the decision, which the
 function checks still holds.  What PostgreSQL adds is correctness across
 processes sharing one database:
@@ -40,17 +40,13 @@ from typing import Any
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.python.failure import Failure
 
-from kilolock import state_rules
 from kilolock.atrest.envelope import DataKey, VersionIdentity
 from kilolock.atrest.stored import StoredPayload
 from kilolock.atrest.versions import VersionCodec
-from kilolock.audit import delete_detail, lock_detail, release_detail, write_detail
-from kilolock.errors import ServiceUnavailable, StateNotFound
-from kilolock.model import (
-    LOCK_ACQUIRE,
-    LOCK_RELEASE,
-    STATE_DELETE,
-    STATE_WRITE,
+from kilolock.core.audit import delete_detail, lock_detail, release_detail, write_detail
+from kilolock.core.errors import ServiceUnavailable, StateNotFound
+from kilolock.core.events import LOCK_ACQUIRE, LOCK_RELEASE, STATE_DELETE, STATE_WRITE
+from kilolock.core.model import (
     HeldLock,
     LockInfo,
     Principal,
@@ -60,7 +56,8 @@ from kilolock.model import (
     StateVersion,
     WriteOutcome,
 )
-from kilolock.state_rules import Holder, Replay
+from kilolock.rules import locks
+from kilolock.rules.locks import Holder, Replay
 from kilolock.store.postgres import large, rows, statements
 from kilolock.store.postgres.codecs import WriteParameters
 from kilolock.store.postgres.events import (
@@ -71,7 +68,7 @@ from kilolock.store.postgres.events import (
 )
 from kilolock.store.postgres.payloads import ChainCache, write_columns
 from kilolock.store.postgres.runner import TransactionRunner
-from kilolock.upload_feed import UploadFeed
+from kilolock.store.upload_feed import UploadFeed
 
 __all__ = ["PostgresStates"]
 
@@ -154,7 +151,7 @@ class PostgresStates:
 
         @return: a Deferred firing with True when newly acquired, False when
             C{info.id} already held it; failing with
-            L{kilolock.errors.LockConflict} (423, the holder's bytes) when
+            L{kilolock.core.errors.LockConflict} (423, the holder's bytes) when
             another ID holds it.
         """
         async def acquire() -> bool:
@@ -165,7 +162,7 @@ class PostgresStates:
             if taken:
                 self._remember(key, info.id, info.raw)
                 return True
-            return state_rules.decide_lock(info.id, rows.holder((holder_id, holder_info)))
+            return locks.decide_lock(info.id, rows.holder((holder_id, holder_info)))
 
         return ensureDeferred(acquire())
 
@@ -188,7 +185,7 @@ class PostgresStates:
             if taken:
                 self._remember(key, info.id, info.raw)
                 return True
-            return state_rules.decide_lock(info.id, rows.holder((holder_id, holder_info)))
+            return locks.decide_lock(info.id, rows.holder((holder_id, holder_info)))
 
         return ensureDeferred(acquire())
 
@@ -225,13 +222,13 @@ class PostgresStates:
                     principal: Principal, event_kind: str = STATE_WRITE,
                     event_detail: Mapping[str, Any] | None = None) -> Deferred[WriteOutcome]:
         """Store C{upload} as the new current version (see
-        L{kilolock.interfaces.IStateStore}); the event is C{event_kind}, its
+        L{kilolock.store.interfaces.states.IStateStore}); the event is C{event_kind}, its
         detail extended by C{event_detail}.  A state of at least
         L{large.LARGE_TRANSFER_BYTES} takes the blocking path.
 
         @return: a Deferred firing with a L{WriteOutcome}; failing with
-            L{kilolock.errors.LockNotHeld}, L{kilolock.errors.LockConflict}
-            (423) or L{kilolock.errors.SerialConflict}.
+            L{kilolock.core.errors.LockNotHeld}, L{kilolock.core.errors.LockConflict}
+            (423) or L{kilolock.core.errors.SerialConflict}.
         """
 
         async def write() -> WriteOutcome:
@@ -284,8 +281,8 @@ class PostgresStates:
                 continue
             holder = rows.holder(found[0][1:3])
             candidates = [rows.version(row[3:]) for row in found if row[3] is not None]
-            state_rules.check_write(lock_id, holder)
-            decision = state_rules.decide_upload(upload.parsed.serial, upload.sha256,
+            locks.check_write(lock_id, holder)
+            decision = locks.decide_upload(upload.parsed.serial, upload.sha256,
                                                  candidates,
                                                  candidates[-1] if candidates else None)
             if isinstance(decision, Replay):
@@ -324,8 +321,8 @@ class PostgresStates:
         assert state_id is not None
         serial = upload.parsed.serial
         holder, candidates = await self._lock_and_candidates_txn(cursor, state_id, serial)
-        state_rules.check_write(lock_id, holder)
-        decision = state_rules.decide_upload(serial, upload.sha256, candidates,
+        locks.check_write(lock_id, holder)
+        decision = locks.decide_upload(serial, upload.sha256, candidates,
                                              candidates[-1] if candidates else None)
         if isinstance(decision, Replay):
             return WriteOutcome(version=decision.version, created=False)
@@ -429,8 +426,8 @@ class PostgresStates:
                 large.copy_resources(cursor, state_id, version_id, projection.resources)
             holder, candidates = await self._lock_and_candidates_txn(cursor, state_id, serial)
             try:
-                state_rules.check_write(lock_id, holder)
-                decision = state_rules.decide_upload(serial, upload.sha256, candidates,
+                locks.check_write(lock_id, holder)
+                decision = locks.decide_upload(serial, upload.sha256, candidates,
                                                      candidates[-1] if candidates else None)
             except BaseException:
                 encoding.result()  # an encoding error comes first
@@ -486,7 +483,7 @@ class PostgresStates:
         """Owner release (C{lock_id} a str) or force release (None).
 
         @return: a Deferred firing with the released L{HeldLock}, or None when
-            nothing was held; failing with L{kilolock.errors.LockConflict}
+            nothing was held; failing with L{kilolock.core.errors.LockConflict}
             (409, the holder's bytes) when an owner release names another ID.
         """
 
@@ -505,7 +502,7 @@ class PostgresStates:
                                        holder_digest))
                 if released:
                     return held
-                decision = state_rules.decide_unlock(lock_id, state_rules.holder_of(held))
+                decision = locks.decide_unlock(lock_id, locks.holder_of(held))
                 target, info, kind = held.info.id, held.info.raw, decision.event_kind
             raise ServiceUnavailable("the lock kept changing hands; retry", retry_after=1)
 
@@ -538,7 +535,7 @@ class PostgresStates:
         and add a C{state_delete} event.
 
         @return: a Deferred firing with None; failing with L{StateNotFound},
-            L{kilolock.errors.LockNotHeld} or L{kilolock.errors.LockConflict}
+            L{kilolock.core.errors.LockNotHeld} or L{kilolock.core.errors.LockConflict}
             (423).
         """
         return self._runner.run_interaction(self._delete_txn, key, lock_id, principal)
@@ -553,7 +550,7 @@ class PostgresStates:
         # The lock, on the row this transaction has locked (so no lock can
         # be taken until it ends).
         await cursor.execute(statements.HELD_LOCK, (state_id,))
-        state_rules.check_write(lock_id, rows.holder(cursor.fetchone()))
+        locks.check_write(lock_id, rows.holder(cursor.fetchone()))
         await cursor.execute(statements.COUNT_VERSIONS, (state_id,))
         (version_count,) = cursor.fetchone()
         await cursor.execute(statements.DELETE_STATE, (state_id,))

@@ -15,7 +15,7 @@ The store is a composition, each part made with what it needs:
 Below this module, every public method is one transaction run by the
 runner; nothing blocks the reactor thread; nothing logs state bytes, query
 parameters or the connection string.  The behaviour is exactly
-L{kilolock.store.memory.MemoryStateStore}'s (one contract suite runs on
+L{kilolock.store.memory.store.MemoryStateStore}'s (one contract suite runs on
 both); what PostgreSQL adds is durability and correctness across processes
 sharing one database (see L{kilolock.store.postgres.states}).
 """
@@ -33,28 +33,14 @@ from zope.interface import implementer
 from kilolock.atrest.chunks import ChunkCodec
 from kilolock.atrest.interfaces import IKeyProvider
 from kilolock.atrest.versions import VersionCodec
-from kilolock.audit import ChainHead
-from kilolock.event_pages import EventPageQuery
-from kilolock.interfaces import (
-    IHealthCheck,
-    IOidcPolicyStore,
-    IOverlappedWrites,
-    ISessionStore,
-    IStateStore,
-    ITenantStore,
-)
-from kilolock.model import (
-    STATE_WRITE,
-    AuditEvent,
+from kilolock.core.audit import ChainHead
+from kilolock.core.events import STATE_WRITE, AuditEvent
+from kilolock.core.model import (
     HeldLock,
     LockInfo,
     Principal,
     Projection,
-    ResourceMatch,
-    ResourceQuery,
     StateKey,
-    StateListQuery,
-    StatePage,
     StateSummary,
     StateUpload,
     StateVersion,
@@ -62,12 +48,20 @@ from kilolock.model import (
     WriteOutcome,
     utcnow,
 )
-from kilolock.retention_interfaces import IRetentionStore
-from kilolock.stateops.interfaces import IStateOperationsStore
+from kilolock.rules.event_pages import EventPageQuery
+from kilolock.rules.listing import StateListQuery, StatePage
+from kilolock.rules.resources import ResourceMatch, ResourceQuery
 from kilolock.stateops.model import StateWrite
-from kilolock.store.embedded import EmbeddedPostgres
+from kilolock.store.interfaces.oidc import IOidcPolicyStore
+from kilolock.store.interfaces.retention import IRetentionStore
+from kilolock.store.interfaces.sessions import ISessionStore
+from kilolock.store.interfaces.stateops import IStateOperationsStore
+from kilolock.store.interfaces.states import IHealthCheck, IOverlappedWrites, IStateStore
+from kilolock.store.interfaces.tenants import ITenantStore
+from kilolock.store.interfaces.tfe import ITFEStore
 from kilolock.store.postgres.dashboard import PostgresDashboard
 from kilolock.store.postgres.dsn import CONNECT_TIMEOUT, STATEMENT_TIMEOUT
+from kilolock.store.postgres.embedded import EmbeddedPostgres
 from kilolock.store.postgres.event_pages import PostgresEventPages
 from kilolock.store.postgres.events import PostgresEvents
 from kilolock.store.postgres.keys import check_keys_txn
@@ -89,8 +83,7 @@ from kilolock.store.postgres.stateops import PostgresStateOps
 from kilolock.store.postgres.states import DetailOf, PostgresStates
 from kilolock.store.postgres.tenants import PostgresTenants
 from kilolock.store.postgres.tfe import PostgresTFE
-from kilolock.tfe.interfaces import ITFEStore
-from kilolock.upload_feed import UploadFeed
+from kilolock.store.upload_feed import UploadFeed
 
 __all__ = ["PostgresStateStore", "postgres_store_from_settings"]
 

@@ -14,7 +14,7 @@ Uniqueness is the database's: slugs of live tenants, workspace names per
 tenant, environment names per workspace and live token names per tenant are
 unique indexes, written with C{INSERT ... ON CONFLICT DO NOTHING RETURNING}
 (never select-then-insert).  The schema's event trigger refuses state events
-of a deleted tenant or environment (L{kilolock.store.schema.OWNER_GONE_SQLSTATE});
+of a deleted tenant or environment (L{kilolock.store.schema.upgrade.OWNER_GONE_SQLSTATE});
 the runner answers those with 401.
 """
 
@@ -29,9 +29,8 @@ from psycopg2.extensions import TransactionRollbackError
 from twisted.internet.defer import Deferred, fail
 from zope.interface import implementer
 
-from kilolock import hosted
-from kilolock.audit import control_detail, delete_detail
-from kilolock.errors import (
+from kilolock.core.audit import control_detail, delete_detail
+from kilolock.core.errors import (
     AlreadyExists,
     EnvironmentNotFound,
     InvalidField,
@@ -39,8 +38,7 @@ from kilolock.errors import (
     TokenNotFound,
     WorkspaceNotFound,
 )
-from kilolock.interfaces import ITenantStore
-from kilolock.model import (
+from kilolock.core.events import (
     ENVIRONMENT_CREATE,
     ENVIRONMENT_DELETE,
     STATE_DELETE,
@@ -50,14 +48,18 @@ from kilolock.model import (
     TOKEN_REVOKE,
     WORKSPACE_CREATE,
     WORKSPACE_DELETE,
+)
+from kilolock.core.model import Principal
+from kilolock.rules import hosted
+from kilolock.rules.hosted import (
     ApiToken,
     Environment,
     IssuedToken,
-    Principal,
     Tenant,
     TenantDeletion,
     Workspace,
 )
+from kilolock.store.interfaces.tenants import ITenantStore
 from kilolock.store.postgres import rows
 from kilolock.store.postgres.events import append_event_txn
 from kilolock.store.postgres.part import StorePart

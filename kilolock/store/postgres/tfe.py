@@ -20,15 +20,15 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
-from kilolock.audit import control_detail
-from kilolock.errors import NotFound
-from kilolock.model import Principal, StateKey
+from kilolock.core.audit import control_detail
+from kilolock.core.errors import NotFound
+from kilolock.core.model import Principal, StateKey
+from kilolock.store.interfaces.tfe import ITFEStore
 from kilolock.store.postgres.events import append_event_txn
 from kilolock.store.postgres.part import StorePart
 from kilolock.store.postgres.rows import utc
 from kilolock.tfe import grants
 from kilolock.tfe.errors import WorkspaceExists
-from kilolock.tfe.interfaces import ITFEStore
 from kilolock.tfe.model import (
     STATE_PART,
     TFE_TAGS_UPDATE,

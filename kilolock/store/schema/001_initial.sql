@@ -1,6 +1,6 @@
 -- Kilolock schema version 1: tenants, states, versions, locks, projection, audit events.
 --
--- Applied by kilolock.store.schema.ensure_schema() inside one transaction,
+-- Applied by kilolock.store.schema.upgrade.ensure_schema() inside one transaction,
 -- which also records the version in schema_version.  Never edit a released
 -- file: add the next numbered one.
 
@@ -104,7 +104,7 @@ CREATE TABLE outputs (
 
 CREATE INDEX outputs_state ON outputs (state_id);
 
--- The audit trail, hash-chained per tenant (kilolock.audit.event_hash).
+-- The audit trail, hash-chained per tenant (kilolock.core.audit.event_hash).
 -- state_path is text, not a reference: events outlive the state they record.
 -- detail is the exact JSON text that was hashed.
 CREATE TABLE events (

@@ -1,7 +1,7 @@
 -- Kilolock schema version 2: hosted mode (KL_AUTH_MODE=database).
 --
 -- Tenants managed by the control API, their workspaces and environments, and
--- API tokens.  Applied by kilolock.store.schema.ensure_schema(); never edit a
+-- API tokens.  Applied by kilolock.store.schema.upgrade.ensure_schema(); never edit a
 -- released file: add the next numbered one.
 
 -- A hosted tenant has an id 'tn_' + 12 hex (it keys its states and its audit

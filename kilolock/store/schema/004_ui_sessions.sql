@@ -2,7 +2,7 @@
 --
 -- A session is found by the SHA-256 (hex) of its cookie's secret: the secret
 -- itself is never stored, so reading this table signs nobody in.  It keeps
--- the principal it signed in as (the fields of kilolock.model.Principal),
+-- the principal it signed in as (the fields of kilolock.core.model.Principal),
 -- the SHA-256 of the token it signed in with (checked again on every
 -- request: revoking the token ends the session), the CSRF token of its
 -- forms and when it expires.  tenant_id is plain text: a session outlives

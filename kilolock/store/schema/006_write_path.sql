@@ -1,7 +1,7 @@
 -- Kilolock schema version 6: compressed versions, and the state lane's
 -- mutations as server-side functions (one round trip each).
 --
--- Applied by kilolock.store.schema.ensure_schema(); never edit a released
+-- Applied by kilolock.store.schema.upgrade.ensure_schema(); never edit a released
 -- file: add the next numbered one.
 
 -- A version's bytes are stored as a payload in one of three codecs
@@ -38,7 +38,7 @@ CREATE INDEX state_versions_base ON state_versions (state_id, base_number)
 -- the head and updates it from its older snapshot chases the row's newer
 -- versions and can deadlock with other appenders on their tuple locks).
 
--- Append an event to the tenant's hash chain (kilolock.audit.event_hash: the
+-- Append an event to the tenant's hash chain (kilolock.core.audit.event_hash: the
 -- SHA-256 of prev_hash || prefix || seq || suffix).  Returns NULLs when the
 -- tenant does not exist.
 CREATE FUNCTION kl_append_event(
@@ -78,7 +78,7 @@ $$;
 
 -- LOCK: take the lock when nobody holds it (creating the state's row first
 -- when needed) and append its event; else return the holder's ID and info,
--- for kilolock.state_rules.decide_lock.  taken is NULL when the lock kept
+-- for kilolock.rules.locks.decide_lock.  taken is NULL when the lock kept
 -- changing hands.
 CREATE FUNCTION kl_lock(
     p_tenant text, p_path text, p_lock_id text, p_info bytea, p_at timestamptz,
@@ -116,9 +116,9 @@ END
 $$;
 
 -- UNLOCK: release the lock p_lock_id holds with exactly the info p_info
--- and append its event (p_kind, p_detail: what kilolock.state_rules decided
+-- and append its event (p_kind, p_detail: what kilolock.rules.locks decided
 -- for that holder); else (nothing released) return who holds the lock now,
--- for kilolock.state_rules.decide_unlock.
+-- for kilolock.rules.locks.decide_unlock.
 CREATE FUNCTION kl_unlock(
     p_tenant text, p_path text, p_lock_id text, p_info bytea, p_at timestamptz,
     p_principal text, p_kind text, p_detail text, p_prefix text, p_suffix text,
@@ -153,7 +153,7 @@ $$;
 --
 -- With p_number NULL the version is written when the request's lock ID is
 -- the holder's (both NULL included) and no stored version has p_serial:
--- kilolock.state_rules then always answers "next version" (see
+-- kilolock.rules.locks then always answers "next version" (see
 -- state_rules.is_plain_write).  With p_number set (the number the rules
 -- chose from facts returned earlier) it is written when that holder still
 -- holds the lock and p_number is still the next number.  Otherwise nothing

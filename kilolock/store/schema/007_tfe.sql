@@ -1,7 +1,7 @@
 -- Kilolock schema version 7: the TFE lane (Terraform's cloud {} block and
 -- remote backend) and outputs-only tokens.
 --
--- Applied by kilolock.store.schema.ensure_schema(); never edit a released
+-- Applied by kilolock.store.schema.upgrade.ensure_schema(); never edit a released
 -- file: add the next numbered one.
 
 -- A TFE workspace is a state (tenant_id, path) with a public id

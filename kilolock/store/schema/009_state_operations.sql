@@ -1,7 +1,7 @@
 -- Kilolock schema version 9: the KL-native lane's write side -- server-side
 -- state operations and upload sessions -- and finding versions by digest.
 --
--- Applied by kilolock.store.schema.ensure_schema(); never edit a released
+-- Applied by kilolock.store.schema.upgrade.ensure_schema(); never edit a released
 -- file: add the next numbered one.
 
 -- A state operation (kilolock.stateops): owned by the tenant and the

@@ -2,7 +2,7 @@
 -- of pruned and purged versions, retention policies, version holds, and the
 -- admin token scope.
 --
--- Applied by kilolock.store.schema.ensure_schema(); never edit a released
+-- Applied by kilolock.store.schema.upgrade.ensure_schema(); never edit a released
 -- file: add the next numbered one.
 
 -- Encryption (kilolock.atrest.envelope): an encrypted version's payload is
@@ -40,7 +40,7 @@ CREATE INDEX state_versions_kek ON state_versions (kek_id) WHERE kek_id IS NOT N
 -- kept when it is deleted).  A row is a whole policy: keep the newest
 -- keep_versions versions and every version younger than keep_days days
 -- (NULL: no limit of that kind; both NULL: keep every version).
--- kilolock.retention decides what a policy keeps.
+-- kilolock.retention.policy decides what a policy keeps.
 CREATE TABLE retention_policies (
     tenant_id      text NOT NULL REFERENCES tenants (id),
     path           text NOT NULL,

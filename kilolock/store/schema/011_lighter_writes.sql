@@ -3,7 +3,7 @@
 -- state's projection rows deleted with the state by a trigger instead; the
 -- index of versions by sha256 a hash index; events without their unused id.
 --
--- Applied by kilolock.store.schema.ensure_schema(); never edit a released
+-- Applied by kilolock.store.schema.upgrade.ensure_schema(); never edit a released
 -- file: add the next numbered one.
 
 -- A foreign key checks every inserted row with a query of its own, locking

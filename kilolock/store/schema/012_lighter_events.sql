@@ -6,13 +6,13 @@
 -- form, as Terraform's and OpenTofu's lock IDs are: 118 bytes less per lock
 -- event, 150 per write (measured by bench/db_growth.py).
 --
--- Applied by kilolock.store.schema.ensure_schema(); never edit a released
+-- Applied by kilolock.store.schema.upgrade.ensure_schema(); never edit a released
 -- file: add the next numbered one.
 
 -- Events written before this version keep their row exactly as stored (no
 -- rewrite): prev_hash and hash as text, and they are read and verified by
 -- that text (an altered one, even in letter case only, still fails
--- kilolock.audit.verify_chain).  A new event has hash_bytes instead, and
+-- kilolock.core.audit.verify_chain).  A new event has hash_bytes instead, and
 -- neither text column; its sha256 is sha256_bytes when it is 64 lowercase hex
 -- digits (every state's is), the text otherwise; its lock ID is lock_uuid
 -- when it is a lowercase UUID (uuid::text prints exactly that text back),
@@ -40,7 +40,7 @@ ALTER TABLE events
     ADD CONSTRAINT events_lock_id_form CHECK (lock_uuid IS NULL OR lock_id IS NULL) NOT VALID;
 
 -- kl_append_event as in 006_write_path.sql (same signature, same lock order,
--- same hash: kilolock.audit.event_hash), inserting the new form.  It still
+-- same hash: kilolock.core.audit.event_hash), inserting the new form.  It still
 -- returns the event's prev_hash and hash as lowercase hex text.
 CREATE OR REPLACE FUNCTION kl_append_event(
     p_tenant text, p_kind text, p_path text, p_principal text, p_at timestamptz,

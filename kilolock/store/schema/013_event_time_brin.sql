@@ -1,6 +1,6 @@
 -- Kilolock schema version 13: the events' time index as a BRIN index.
 --
--- Applied by kilolock.store.schema.ensure_schema(); never edit a released
+-- Applied by kilolock.store.schema.upgrade.ensure_schema(); never edit a released
 -- file: add the next numbered one.
 
 -- Only list_events' time range (since / until: the native and control

@@ -1,6 +1,6 @@
 -- Kilolock schema version 14: the projection's resources updated in place.
 --
--- Applied by kilolock.store.schema.ensure_schema(); never edit a released
+-- Applied by kilolock.store.schema.upgrade.ensure_schema(); never edit a released
 -- file: add the next numbered one.
 
 -- A resource row is keyed by its state and its place in the state

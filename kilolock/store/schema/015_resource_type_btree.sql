@@ -1,7 +1,7 @@
 -- Kilolock schema version 15: the index of resources by type as a btree of
 -- the type's hash.
 --
--- Applied by kilolock.store.schema.ensure_schema(); never edit a released
+-- Applied by kilolock.store.schema.upgrade.ensure_schema(); never edit a released
 -- file: add the next numbered one.
 
 -- A hash index keeps every row of one type in one bucket: a chain of

@@ -1,7 +1,7 @@
 -- Kilolock schema version 16: dependency and output rows keyed by their
 -- state and their place in it, as resources are since version 14.
 --
--- Applied by kilolock.store.schema.ensure_schema(); never edit a released
+-- Applied by kilolock.store.schema.upgrade.ensure_schema(); never edit a released
 -- file: add the next numbered one.
 
 -- Readers select a state's dependency and output rows by state_id ORDER BY

@@ -1,7 +1,7 @@
 -- Kilolock schema version 17: a write's update of its state's row is a
 -- heap-only tuple.
 --
--- Applied by kilolock.store.schema.ensure_schema(); never edit a released
+-- Applied by kilolock.store.schema.upgrade.ensure_schema(); never edit a released
 -- file: add the next numbered one.
 
 -- Every write sets its state's updated_at (and projection_digests).  With

@@ -1,6 +1,6 @@
 -- Kilolock schema version 18: a delta's base may be a delta itself (chains).
 --
--- Applied by kilolock.store.schema.ensure_schema(); never edit a released
+-- Applied by kilolock.store.schema.upgrade.ensure_schema(); never edit a released
 -- file: add the next numbered one.
 
 -- A version is now usually a delta against the version before it, the next

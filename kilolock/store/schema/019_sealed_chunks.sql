@@ -1,7 +1,7 @@
 -- Kilolock schema version 19: the chunks of an upload session are sealed as
 -- versions are, and go once their session is committed.
 --
--- Applied by kilolock.store.schema.ensure_schema(); never edit a released
+-- Applied by kilolock.store.schema.upgrade.ensure_schema(); never edit a released
 -- file: add the next numbered one.
 
 -- With encryption on, a chunk's data is sealed (kilolock.atrest.chunks)

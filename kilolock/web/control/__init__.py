@@ -40,7 +40,7 @@ field of a body or query names it (C{"field"}).  HEAD is not answered.
 C{{tenant}} is a live tenant's slug or any tenant's id (C{tn_...}: deleted
 tenants stay readable, their audit trail above all); C{{ws}} and C{{env}} are
 ids or names.  Every segment after C{/v1/api} follows the path rules of
-L{kilolock.web.paths} (a bad one is a 400 wherever it stands).
+L{kilolock.rules.paths} (a bad one is a 400 wherever it stands).
 
 The modules: L{tree} (the listener's tree and its token gate), L{api} (what
 every resource works with), L{tenants}, L{workspaces} and L{tokens} (the

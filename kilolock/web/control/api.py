@@ -12,15 +12,16 @@ from typing import Any
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.errors import InvalidField, NotFound, TenantNotFound, WorkspaceNotFound
-from kilolock.model import DEFAULT_TENANT, Principal, Tenant, Workspace
-from kilolock.retention import KEEP_EVERYTHING, RetentionPolicy
-from kilolock.web._base import AsyncResource, Branch, named_child
+from kilolock.core.errors import InvalidField, NotFound, TenantNotFound, WorkspaceNotFound
+from kilolock.core.model import DEFAULT_TENANT, Principal
+from kilolock.retention.policy import KEEP_EVERYTHING, RetentionPolicy
+from kilolock.rules.hosted import Tenant, Workspace
 from kilolock.web.body import read_body
 from kilolock.web.control import API_ROUTE, MAX_CONTROL_BODY_BYTES
 from kilolock.web.json_body import json_body_object, only_fields
 from kilolock.web.query import field_error, query_time, query_value
 from kilolock.web.request import client_address
+from kilolock.web.resource import AsyncResource, Branch, named_child
 
 #: The name control-plane events record as their principal.
 CONTROL_PRINCIPAL = "control"
@@ -124,7 +125,7 @@ def query_flag(request: Request, name: str, meaning: str) -> bool:
 async def json_object(request: Request, reactor: Any, allowed: dict[str, bool]) -> dict[str, Any]:
     """The request body as a JSON object with only the C{allowed} members
     (name -> required), every one a string, under the text rules of
-    L{kilolock.text_rules}.
+    L{kilolock.core.text}.
 
     @return: (awaited) the object.
     @raise InvalidField: naming the body, or the member at fault.

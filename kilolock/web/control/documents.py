@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from kilolock.model import ApiToken, Environment, Tenant, Workspace, rfc3339
+from kilolock.core.model import rfc3339
+from kilolock.rules.hosted import ApiToken, Environment, Tenant, Workspace
 
 
 def _time(moment: datetime | None) -> str | None:

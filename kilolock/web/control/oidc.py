@@ -5,7 +5,7 @@ trusts and the rules that grant them states (see docs/ci-identity.md).
   PUT     /v1/api/tenants/{tenant}/oidc-policy     set it: the JSON document
   DELETE  /v1/api/tenants/{tenant}/oidc-policy     remove it (404 when none)
 
-A document is checked by the one validator (L{kilolock.oidc.validation}),
+A document is checked by the one validator (L{kilolock.auth.oidc.validation}),
 which files use too, except that local files (C{jwks_file}, C{ca_file}) are
 refused here: a tenant gives keys and CAs inline (C{jwks}, C{ca_pem}).  An
 invalid document is a 400 listing every problem with its place; nothing is
@@ -20,15 +20,16 @@ from typing import Any
 
 from twisted.web.server import Request
 
-from kilolock.errors import InvalidOidcPolicy, OidcPolicyNotFound
-from kilolock.model import OidcPolicyRecord, rfc3339
-from kilolock.oidc.validation import PolicyError, validate_policy
-from kilolock.web._base import Response, render_async
+from kilolock.auth.oidc.model import OidcPolicyRecord
+from kilolock.auth.oidc.validation import PolicyError, validate_policy
+from kilolock.core.errors import InvalidOidcPolicy, OidcPolicyNotFound
+from kilolock.core.model import rfc3339
 from kilolock.web.body import read_body
 from kilolock.web.control import MAX_CONTROL_BODY_BYTES
 from kilolock.web.control.api import ControlResource
 from kilolock.web.documents import json_response
 from kilolock.web.json_body import json_body_object
+from kilolock.web.resource import Response, render_async
 
 NO_POLICY = "the tenant has no OIDC policy (it accepts no CI token)"
 
@@ -37,7 +38,7 @@ def canonical_policy(body: bytes) -> str:
     """The canonical JSON text of the valid policy C{body} holds.
 
     @raise InvalidField: the body is not a JSON object.
-    @raise InvalidText: it breaks a text rule (L{kilolock.text_rules}).
+    @raise InvalidText: it breaks a text rule (L{kilolock.core.text}).
     @raise InvalidOidcPolicy: the document breaks the policy's rules.
     """
     document = json_body_object(body, MAX_CONTROL_BODY_BYTES, ": the OIDC policy")

@@ -18,14 +18,15 @@ from typing import Any
 
 from twisted.web.server import Request
 
-from kilolock.errors import InvalidField, InvalidPath
-from kilolock.model import StateKey, Tenant
-from kilolock.web._base import Response, render_async
+from kilolock.core.errors import InvalidField, InvalidPath
+from kilolock.core.model import StateKey
+from kilolock.rules.hosted import Tenant
+from kilolock.rules.paths import state_segments
 from kilolock.web.body import read_body
 from kilolock.web.control.api import ControlResource, query_text
 from kilolock.web.documents import json_response
 from kilolock.web.native.documents import version_document
-from kilolock.web.paths import state_segments
+from kilolock.web.resource import Response, render_async
 from kilolock.web.retention import policy_body, purge_body, retention_answer
 
 

@@ -21,8 +21,8 @@ from typing import Any
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.model import Tenant, rfc3339, utcnow
-from kilolock.web._base import Response, render_async
+from kilolock.core.model import rfc3339, utcnow
+from kilolock.rules.hosted import Tenant
 from kilolock.web.chain import check_tenant_chain, pinned_head
 from kilolock.web.control.api import (
     ControlAPI,
@@ -40,6 +40,7 @@ from kilolock.web.control.tokens import TokensResource
 from kilolock.web.control.workspaces import WorkspacesResource
 from kilolock.web.documents import event_document, json_response, lock_document
 from kilolock.web.query import query_values
+from kilolock.web.resource import Response, render_async
 
 
 class TenantsResource(ControlResource):

@@ -20,17 +20,17 @@ from typing import Any
 
 from twisted.web.server import Request
 
-from kilolock.errors import EnvironmentNotFound, InvalidField
-from kilolock.hosted import DEFAULT_NAME
-from kilolock.model import Environment, StateKey, Tenant, rfc3339
+from kilolock.core.errors import EnvironmentNotFound, InvalidField
+from kilolock.core.model import StateKey, rfc3339
+from kilolock.rules.hosted import DEFAULT_NAME, Environment, Tenant
 from kilolock.tfe.model import Tag, TFEWorkspace
 from kilolock.tfe.names import InvalidName, check_tag_text, check_workspace_name
-from kilolock.web._base import Response, render_async
 from kilolock.web.body import read_body
 from kilolock.web.control import MAX_CONTROL_BODY_BYTES
 from kilolock.web.control.api import ControlResource, query_text
 from kilolock.web.documents import json_response
 from kilolock.web.json_body import only_fields
+from kilolock.web.resource import Response, render_async
 
 _FIELDS = {"name", "environment", "workspace", "tags"}
 

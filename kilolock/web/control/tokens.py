@@ -14,12 +14,12 @@ from __future__ import annotations
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock import hosted
-from kilolock.errors import TokenNotFound
-from kilolock.web._base import Response, render_async
+from kilolock.core.errors import TokenNotFound
+from kilolock.rules import hosted
 from kilolock.web.control.api import ControlAPI, ControlResource, json_object
 from kilolock.web.control.documents import token_document
 from kilolock.web.documents import json_response
+from kilolock.web.resource import Response, render_async
 
 
 class TokensResource(ControlResource):

@@ -12,12 +12,12 @@ from __future__ import annotations
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.errors import ControlUnauthorized, NotFound
-from kilolock.web._base import Branch, Directory, ErrorPage
+from kilolock.core.errors import ControlUnauthorized, NotFound
 from kilolock.web.control import API_ROUTE
 from kilolock.web.control.api import NO_CONTROL_ROUTE, ControlAPI
 from kilolock.web.control.tenants import TenantsResource
-from kilolock.web.health import HealthResource
+from kilolock.web.ops.health import HealthResource
+from kilolock.web.resource import Branch, Directory, ErrorPage
 from kilolock.web.site import KilolockSite
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.errors import EnvironmentNotFound
-from kilolock.web._base import Response, render_async
+from kilolock.core.errors import EnvironmentNotFound
 from kilolock.web.control.api import ControlAPI, ControlResource, json_object
 from kilolock.web.control.documents import environment_document, workspace_document
 from kilolock.web.documents import json_response
+from kilolock.web.resource import Response, render_async
 
 
 class WorkspacesResource(ControlResource):

@@ -1,9 +1,9 @@
 """The native API: C{/v1/native}, what the C{kl} command talks to.
 
 Same authentication, tenant rules and state path segments as the Terraform
-lane (L{kilolock.web.lane}, L{kilolock.scope}): a state is one segment
+lane (L{kilolock.web.lane}, L{kilolock.rules.scope}): a state is one segment
 (C{{name}}) or three (C{{workspace_id}/{env_public_id}/{state_name}}), each
-validated by L{kilolock.web.paths}; a token scoped to a workspace/environment
+validated by L{kilolock.rules.paths}; a token scoped to a workspace/environment
 maps a one-segment name into its scope and gets 403 outside it.  What belongs
 to a state follows the segment C{-} (GitLab's convention), so no state name
 ever needs encoding and no route is ambiguous:

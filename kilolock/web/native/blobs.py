@@ -17,15 +17,15 @@ import re
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.errors import NotFound
-from kilolock.model import StateKey
-from kilolock.scope import in_scope
-from kilolock.stateops.interfaces import IStateOperationsStore
-from kilolock.web._base import JSON, Response, named_child, render_async
+from kilolock.core.errors import NotFound
+from kilolock.core.model import StateKey
+from kilolock.rules.scope import in_scope
+from kilolock.store.interfaces.stateops import IStateOperationsStore
 from kilolock.web.documents import NO_STORE
 from kilolock.web.lane import StateLane
 from kilolock.web.native import BASE_PATH
 from kilolock.web.native.resource import Collection, NativeResource
+from kilolock.web.resource import JSON, Response, named_child, render_async
 
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 

@@ -7,21 +7,15 @@ import json
 from datetime import datetime
 from typing import Any
 
-from kilolock.conditions import state_conditions, state_ready
-from kilolock.errors import LockConflict
-from kilolock.metrics import Metrics
-from kilolock.model import (
-    AuditEvent,
-    HeldLock,
-    LockInfo,
-    ResourceMatch,
-    StateSummary,
-    StateVersion,
-    rfc3339,
-)
-from kilolock.text_rules import clean_document, stored_document
-from kilolock.web._base import Response, error_body
+from kilolock.core.conditions import state_conditions, state_ready
+from kilolock.core.errors import LockConflict
+from kilolock.core.events import AuditEvent
+from kilolock.core.model import HeldLock, LockInfo, StateSummary, StateVersion, rfc3339
+from kilolock.core.text import clean_document, stored_document
+from kilolock.rules.resources import ResourceMatch
+from kilolock.server.metrics import Metrics
 from kilolock.web.documents import json_response, lock_document
+from kilolock.web.resource import Response, error_body
 from kilolock.web.retention import tombstone_document
 
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from twisted.web.server import Request
 
-from kilolock.event_pages import EventPageQuery
-from kilolock.model import Principal
-from kilolock.scope import in_scope, scope_prefix
-from kilolock.web._base import Response, render_async
+from kilolock.core.model import Principal
+from kilolock.rules.event_pages import EventPageQuery
+from kilolock.rules.scope import in_scope, scope_prefix
 from kilolock.web.chain import check_tenant_chain, pinned_head
 from kilolock.web.documents import event_document, json_response
 from kilolock.web.lane import StateLane
@@ -18,6 +17,7 @@ from kilolock.web.native import BASE_PATH
 from kilolock.web.native.parameters import number_arg, state_arg, time_arg
 from kilolock.web.native.resource import Collection, NativeResource
 from kilolock.web.query import query_values
+from kilolock.web.resource import Response, render_async
 
 #: Events answered per page unless C{limit} says otherwise, and at most.
 DEFAULT_EVENT_PAGE = 1000

@@ -9,11 +9,11 @@ from typing import Any
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.errors import BadRequest, LockConflict, NotFound, VersionNotFound
-from kilolock.model import STATE_OPERATION, STATE_ROLLBACK, STATE_WRITE, AuditEvent, StateUpload
-from kilolock.statediff import diff_states, output_document, outputs_of, restore_body
-from kilolock.text_rules import MAX_WHOLE_NUMBER, NotJSON, load_json, whole_number
-from kilolock.web._base import JSON, Branch, Response, render_async
+from kilolock.core.errors import BadRequest, LockConflict, NotFound, VersionNotFound
+from kilolock.core.events import STATE_OPERATION, STATE_ROLLBACK, STATE_WRITE, AuditEvent
+from kilolock.core.model import StateUpload
+from kilolock.core.text import MAX_WHOLE_NUMBER, NotJSON, load_json, whole_number
+from kilolock.tfstate.diff import diff_states, output_document, outputs_of, restore_body
 from kilolock.web.body import in_thread_if_large, prepare_upload, read_body
 from kilolock.web.documents import NO_STORE, json_response
 from kilolock.web.lane import StateLane
@@ -23,6 +23,7 @@ from kilolock.web.native.parameters import number_arg
 from kilolock.web.native.resource import StateSubresource, no_route
 from kilolock.web.native.retention import PurgeResource
 from kilolock.web.query import query_id
+from kilolock.web.resource import JSON, Branch, Response, render_async
 
 
 class VersionListResource(StateSubresource):
@@ -178,7 +179,7 @@ def rollback_version(body: bytes) -> int:
     """The version number a rollback body names.
 
     @raise BadRequest: unless the body is C{{"version": n}} with n >= 1.
-    @raise InvalidText: the body breaks a text rule (L{kilolock.text_rules}).
+    @raise InvalidText: the body breaks a text rule (L{kilolock.core.text}).
     """
     document: Any
     try:

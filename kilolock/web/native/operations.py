@@ -23,9 +23,8 @@ from attrs import evolve
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.errors import Conflict, InvalidField, NotFound
-from kilolock.model import Principal, StateKey, rfc3339
-from kilolock.stateops.interfaces import IStateOperationsStore
+from kilolock.core.errors import Conflict, InvalidField, NotFound
+from kilolock.core.model import Principal, StateKey, rfc3339
 from kilolock.stateops.model import OperationRecord, Owner
 from kilolock.stateops.plans import plan_operation
 from kilolock.stateops.requests import (
@@ -36,7 +35,7 @@ from kilolock.stateops.requests import (
     parse_operation,
 )
 from kilolock.stateops.runner import OperationLocked, OperationRunner
-from kilolock.web._base import Response, named_child, render_async
+from kilolock.store.interfaces.stateops import IStateOperationsStore
 from kilolock.web.body import in_thread_if_large, read_body
 from kilolock.web.documents import json_response
 from kilolock.web.lane import StateLane
@@ -45,6 +44,7 @@ from kilolock.web.native.documents import locked_response
 from kilolock.web.native.options import NativeOptions
 from kilolock.web.native.parameters import body_state
 from kilolock.web.native.resource import Collection, NativeResource
+from kilolock.web.resource import Response, named_child, render_async
 
 #: The one message of an operation nobody can see: unknown, or another's.
 NO_SUCH_OPERATION = "no such operation"

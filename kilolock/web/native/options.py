@@ -8,7 +8,7 @@ from datetime import datetime
 
 from attrs import field, frozen
 
-from kilolock.model import utcnow
+from kilolock.core.model import utcnow
 from kilolock.stateops.runner import OperationRunner
 from kilolock.web.request import DEFAULT_MAX_BODY_BYTES
 

@@ -8,11 +8,12 @@ from typing import Any
 
 from twisted.web.server import Request
 
-from kilolock.errors import BadRequest, InvalidField, InvalidPath
-from kilolock.model import Principal, ResourceQuery, StateKey
-from kilolock.scope import state_key
-from kilolock.text_rules import MAX_WHOLE_NUMBER, whole_number
-from kilolock.web.paths import state_segments
+from kilolock.core.errors import BadRequest, InvalidField, InvalidPath
+from kilolock.core.model import Principal, StateKey
+from kilolock.core.text import MAX_WHOLE_NUMBER, whole_number
+from kilolock.rules.paths import state_segments
+from kilolock.rules.resources import ResourceQuery
+from kilolock.rules.scope import state_key
 from kilolock.web.query import plain_error, query_time, query_value
 
 #: Resources answered per search unless C{limit} says otherwise, and at most.

@@ -9,17 +9,11 @@ from datetime import datetime
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.errors import NotFound, StateNotFound, VersionNotFound
-from kilolock.model import (
-    LOCK_FORCE_RELEASE,
-    LOCK_RELEASE,
-    Principal,
-    StateKey,
-    StateSummary,
-    StateVersion,
-)
-from kilolock.web._base import NO_SUCH_ROUTE, AsyncResource, Branch, ErrorPage, named_child
+from kilolock.core.errors import NotFound, StateNotFound, VersionNotFound
+from kilolock.core.events import LOCK_FORCE_RELEASE, LOCK_RELEASE
+from kilolock.core.model import Principal, StateKey, StateSummary, StateVersion
 from kilolock.web.lane import StateLane
+from kilolock.web.resource import NO_SUCH_ROUTE, AsyncResource, Branch, ErrorPage, named_child
 
 NO_ROUTE = ("no such route: a state is /v1/native/states/{name} or"
             " /v1/native/states/{workspace_id}/{env_public_id}/{state_name}, followed by"

@@ -9,7 +9,7 @@
   POST    /v1/native/states/{state}/-/versions/{n}/purge {"reason": "..."}
 
 Reading a policy needs read access to what it is about; changing one, and
-purging, need a tenant admin (L{kilolock.scope.check_admin}): 403
+purging, need a tenant admin (L{kilolock.rules.scope.check_admin}): 403
 C{not_admin} otherwise.  A purge answers the tombstone (200); the current
 version is refused (409 C{version_is_current}: roll back first), a
 tombstone is 410, a missing version 404.
@@ -21,15 +21,15 @@ from typing import Any
 
 from twisted.web.server import Request
 
-from kilolock.retention_interfaces import IRetentionStore
-from kilolock.scope import check_admin
-from kilolock.web._base import Response, render_async
+from kilolock.rules.scope import check_admin
+from kilolock.store.interfaces.retention import IRetentionStore
 from kilolock.web.body import read_body
 from kilolock.web.documents import json_response
 from kilolock.web.lane import StateLane
 from kilolock.web.native import BASE_PATH
 from kilolock.web.native.documents import version_document
 from kilolock.web.native.resource import Collection, StateSubresource
+from kilolock.web.resource import Response, render_async
 from kilolock.web.retention import policy_body, purge_body, retention_answer
 
 

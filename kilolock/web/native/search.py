@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from twisted.web.server import Request
 
-from kilolock.model import ResourceMatch, ResourceQuery
-from kilolock.scope import in_scope, scope_prefix
-from kilolock.web._base import Response, render_async
+from kilolock.rules.resources import ResourceMatch, ResourceQuery
+from kilolock.rules.scope import in_scope, scope_prefix
 from kilolock.web.documents import json_response
 from kilolock.web.native import BASE_PATH
 from kilolock.web.native.documents import match_document
 from kilolock.web.native.parameters import resource_query, state_arg
 from kilolock.web.native.resource import Collection, StateSubresource
+from kilolock.web.resource import Response, render_async
 
 
 def found(matches: list[ResourceMatch], query: ResourceQuery) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""A slice of a state on the native API (L{kilolock.tfstate_slice}):
+"""A slice of a state on the native API (L{kilolock.tfstate.slice}):
 
   GET /v1/native/states/{state}/-/slice?module=&type=&address=&outputs=true
         [&version=N][&format=state|projection]
@@ -16,16 +16,16 @@ from __future__ import annotations
 
 from twisted.web.server import Request
 
-from kilolock.errors import InvalidField
-from kilolock.tfaddress import InvalidAddress, Target, parse_address
-from kilolock.tfstate_slice import Selector, slice_document, slice_projection
-from kilolock.web._base import JSON, Response, render_async
+from kilolock.core.errors import InvalidField
+from kilolock.tfstate.address import InvalidAddress, Target, parse_address
+from kilolock.tfstate.slice import Selector, slice_document, slice_projection
 from kilolock.web.body import in_thread_if_large
 from kilolock.web.documents import NO_STORE, json_response
 from kilolock.web.native import BASE_PATH
 from kilolock.web.native.parameters import number_arg, text_arg
 from kilolock.web.native.resource import StateSubresource
 from kilolock.web.query import query_each
+from kilolock.web.resource import JSON, Response, render_async
 
 #: At most this many criteria in one slice.
 MAX_CRITERIA = 100
@@ -47,7 +47,7 @@ def selector_of(request: Request) -> Selector:
 
     @raise InvalidField: a parameter's value is not one it takes (naming it).
     @raise InvalidText: a value breaks a text rule (naming the parameter).
-    @raise kilolock.errors.BadRequest: nothing is selected."""
+    @raise kilolock.core.errors.BadRequest: nothing is selected."""
     outputs = text_arg(request, "outputs")
     if outputs not in (None, "", "true", "false"):
         raise InvalidField("outputs", "outputs is true or false")

@@ -19,9 +19,8 @@ from __future__ import annotations
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.errors import NotFound
-from kilolock.model import utcnow
-from kilolock.web._base import Branch, Response, render_async
+from kilolock.core.errors import NotFound
+from kilolock.core.model import utcnow
 from kilolock.web.documents import json_response, lock_document
 from kilolock.web.native import BASE_PATH, MARKER
 from kilolock.web.native.documents import summary_document
@@ -36,6 +35,7 @@ from kilolock.web.native.resource import NO_ROUTE, StateSubresource, no_route
 from kilolock.web.native.retention import StateRetentionResource
 from kilolock.web.native.search import StateResourcesResource
 from kilolock.web.native.slice import SliceResource
+from kilolock.web.resource import Branch, Response, render_async
 
 
 class LockStatusResource(StateSubresource):

@@ -21,10 +21,9 @@ import json
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.model import utcnow
-from kilolock.scope import in_scope
+from kilolock.core.model import utcnow
+from kilolock.rules.scope import in_scope
 from kilolock.stateops.runner import OperationRunner
-from kilolock.web._base import JSON, Response, named_child, render_async
 from kilolock.web.documents import json_response
 from kilolock.web.lane import StateLane
 from kilolock.web.native import BASE_PATH, LANE_NAME, LANE_VERSION
@@ -38,6 +37,7 @@ from kilolock.web.native.retention import TenantRetentionResource
 from kilolock.web.native.search import ResourceSearchResource
 from kilolock.web.native.state import StateSummaryResource
 from kilolock.web.native.uploads import UploadListResource
+from kilolock.web.resource import JSON, Response, named_child, render_async
 
 
 class StateListResource(Collection):

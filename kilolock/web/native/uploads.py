@@ -34,8 +34,8 @@ from typing import Any
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.audit import client_version_detail
-from kilolock.errors import (
+from kilolock.core.audit import client_version_detail
+from kilolock.core.errors import (
     BadRequest,
     Conflict,
     InvalidField,
@@ -43,12 +43,11 @@ from kilolock.errors import (
     PayloadTooLarge,
     ServiceUnavailable,
 )
-from kilolock.model import Principal, StateKey, rfc3339
+from kilolock.core.model import Principal, StateKey, rfc3339
+from kilolock.core.text import NotJSON, load_json
 from kilolock.stateops import chunks
-from kilolock.stateops.interfaces import IStateOperationsStore
 from kilolock.stateops.model import Owner, UploadSession, new_upload_id
-from kilolock.text_rules import NotJSON, load_json
-from kilolock.web._base import Response, named_child, render_async
+from kilolock.store.interfaces.stateops import IStateOperationsStore
 from kilolock.web.body import in_thread_if_large, prepare_upload, read_body, verify_md5
 from kilolock.web.documents import json_response
 from kilolock.web.lane import StateLane
@@ -58,6 +57,7 @@ from kilolock.web.native.options import NativeOptions
 from kilolock.web.native.parameters import body_state, number_arg
 from kilolock.web.native.resource import Collection, NativeResource
 from kilolock.web.query import query_id
+from kilolock.web.resource import Response, named_child, render_async
 
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 
@@ -98,7 +98,7 @@ def upload_document(session: UploadSession) -> dict[str, Any]:
 def _declaration(body: bytes, limit: int) -> tuple[str, int, str]:
     """The state, size and SHA-256 an opening declares.
 
-    @raise InvalidText: the body breaks a text rule (L{kilolock.text_rules}).
+    @raise InvalidText: the body breaks a text rule (L{kilolock.core.text}).
     @raise InvalidField: naming the field at fault."""
     document: Any
     try:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from twisted.web.server import Request
 
-from kilolock.errors import Conflict, LockConflict
+from kilolock.core.errors import Conflict, LockConflict
 from kilolock.tfe.errors import WorkspaceLocked
 from kilolock.tfe.locks import lane_of, owns, tfe_lock_info
 from kilolock.tfe.requests import parse_lock_reason
-from kilolock.web._base import Response, render_async
 from kilolock.web.body import read_body
+from kilolock.web.resource import Response, render_async
 from kilolock.web.tfe.lane import TFELane
 from kilolock.web.tfe.workspaces import BelowWorkspace, WorkspaceResource, workspace_answer
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.errors import InvalidPath, KilolockError, MethodNotAllowed, NotFound
-from kilolock.web._base import AsyncResource, ErrorPage, Response
-from kilolock.web.paths import validate_segment
+from kilolock.core.errors import InvalidPath, KilolockError, MethodNotAllowed, NotFound
+from kilolock.rules.paths import validate_segment
+from kilolock.web.resource import AsyncResource, ErrorPage, Response
 from kilolock.web.tfe import UNIMPLEMENTED_ROUTE
 from kilolock.web.tfe.jsonapi import jsonapi_error_response, not_found
 from kilolock.web.tfe.lane import TFELane

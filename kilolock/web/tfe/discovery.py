@@ -13,7 +13,7 @@ import json
 
 from twisted.web.server import Request
 
-from kilolock.web._base import JSON, AsyncResource, Response, render_async
+from kilolock.web.resource import JSON, AsyncResource, Response, render_async
 from kilolock.web.tfe import API_PATH
 
 SERVICES = {"tfe.v2": API_PATH, "tfe.v2.1": API_PATH, "tfe.v2.2": API_PATH}

@@ -18,8 +18,8 @@ from typing import Any
 
 from attrs import frozen
 
-from kilolock.hosted import READ_SCOPE
-from kilolock.model import Principal, StateSummary, StateVersion, rfc3339
+from kilolock.core.model import Principal, StateSummary, StateVersion, rfc3339
+from kilolock.rules.hosted import READ_SCOPE
 from kilolock.tfe.model import PendingVersion, Tag, TFEWorkspace
 from kilolock.tfe.names import output_id, version_id
 from kilolock.tfe.outputs import OutputView

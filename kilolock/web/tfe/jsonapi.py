@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kilolock.errors import KilolockError, LockConflict, MethodNotAllowed
-from kilolock.web._base import Response
+from kilolock.core.errors import KilolockError, LockConflict, MethodNotAllowed
 from kilolock.web.documents import json_bytes
+from kilolock.web.resource import Response
 from kilolock.web.tfe import API_VERSION
 
 MEDIA_TYPE = b"application/vnd.api+json"

@@ -4,7 +4,7 @@ by id, the base URL of the URLs the lane hands out, and the record of
 unimplemented routes.
 
 Who may address what is decided by the state lane's rule
-(L{kilolock.web.lane.StateLane}, L{kilolock.scope}): a workspace named
+(L{kilolock.web.lane.StateLane}, L{kilolock.rules.scope}): a workspace named
 C{NAME} is the state C{/v1/states/NAME} with the same credentials.  The
 organization is the caller's tenant: C{default} in the open and static
 auth modes, the tenant's slug (or id) in the database mode; any other is
@@ -22,10 +22,10 @@ from attrs import field, frozen
 from twisted.logger import Logger
 from twisted.web.server import Request
 
-from kilolock.errors import NotFound
-from kilolock.model import DEFAULT_TENANT, Principal, StateKey, utcnow
-from kilolock.oidc.policy import Access
-from kilolock.scope import scope_prefix, state_key
+from kilolock.auth.oidc.policy import Access
+from kilolock.core.errors import NotFound
+from kilolock.core.model import DEFAULT_TENANT, Principal, StateKey, utcnow
+from kilolock.rules.scope import scope_prefix, state_key
 from kilolock.tfe.model import TFEWorkspace
 from kilolock.tfe.names import (
     InvalidName,
@@ -99,9 +99,9 @@ def visible_to(principal: Principal, path: str) -> bool:
 @frozen
 class TFELane:
     """The collaborators of the TFE resources.  C{states} authenticates and
-    holds the store (an L{kilolock.interfaces.IStateStore} that also
-    provides L{kilolock.tfe.interfaces.ITFEStore}, and
-    L{kilolock.interfaces.ITenantStore} in the database mode);
+    holds the store (an L{kilolock.store.interfaces.states.IStateStore} that also
+    provides L{kilolock.store.interfaces.tfe.ITFEStore}, and
+    L{kilolock.store.interfaces.states.ITenantStore} in the database mode);
     C{public_url} is the base of the URLs handed out (None: the request's
     own scheme and host); C{clock} times grants."""
 
@@ -174,7 +174,7 @@ class TFELane:
     def key_of(self, request: Request, principal: Principal, name: str,
                write: bool = False, outputs: bool = False) -> StateKey:
         """The state of the caller's workspace C{name} (the state lane's
-        scope rule: L{kilolock.scope.state_key}).
+        scope rule: L{kilolock.rules.scope.state_key}).
 
         @raise NotFound: a name no workspace can have.
         @raise Forbidden: the scope refuses.
@@ -221,7 +221,7 @@ class TFELane:
         @raise NotFound: no such id, another tenant's, or one the caller may
             not see (see L{visible_to}): one answer for all.
         @raise Forbidden: the caller sees it but may not do this (the scope
-            rule of L{kilolock.scope.state_key}: a read-only token or grant
+            rule of L{kilolock.rules.scope.state_key}: a read-only token or grant
             writing, an outputs-only one reading more than outputs).
         """
         found = None

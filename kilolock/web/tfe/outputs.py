@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from twisted.web.server import Request
 
-from kilolock.errors import Denied, EncryptedState, Forbidden, NotFound
-from kilolock.scope import state_key
+from kilolock.core.errors import Denied, EncryptedState, Forbidden, NotFound
+from kilolock.rules.scope import state_key
 from kilolock.tfe.names import parse_output_id
 from kilolock.tfe.outputs import output_of_state, view_of_row
-from kilolock.web._base import Response, render_async
 from kilolock.web.body import in_thread_if_large
+from kilolock.web.resource import Response, render_async
 from kilolock.web.tfe.base import TFEResource
 from kilolock.web.tfe.documents import Page, output_entries, state_version_output_resource
 from kilolock.web.tfe.jsonapi import jsonapi_response

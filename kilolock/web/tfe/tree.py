@@ -28,7 +28,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import Request
 
 from kilolock.tfe.model import JSON_PART, STATE_PART
-from kilolock.web._base import Response, register_error_dialect, render_async
+from kilolock.web.resource import Response, register_error_dialect, render_async
 from kilolock.web.tfe import API_PATH
 from kilolock.web.tfe.actions import LockActionResource
 from kilolock.web.tfe.base import InOrganization, TFEDirectory, TFEResource

@@ -24,15 +24,15 @@ import hashlib
 
 from twisted.web.server import Request
 
-from kilolock.errors import ServiceUnavailable
-from kilolock.model import Principal
+from kilolock.core.errors import ServiceUnavailable
+from kilolock.core.model import Principal
 from kilolock.tfe.grants import grant_hash
 from kilolock.tfe.model import STATE_PART
-from kilolock.web._base import Response, render_async
 from kilolock.web.body import in_thread_if_large, prepare_upload, read_body
 from kilolock.web.context import context_of
 from kilolock.web.query import plain_error, query_value
 from kilolock.web.request import client_address
+from kilolock.web.resource import Response, render_async
 from kilolock.web.tfe.base import TFEResource
 from kilolock.web.tfe.jsonapi import api_headers
 from kilolock.web.tfe.lane import TFELane

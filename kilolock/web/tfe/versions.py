@@ -20,22 +20,17 @@ import hashlib
 
 from twisted.web.server import Request
 
-from kilolock.errors import ChecksumMismatch, NotFound, SerialConflict
-from kilolock.model import Principal, StateVersion
+from kilolock.core.errors import ChecksumMismatch, NotFound, SerialConflict
+from kilolock.core.model import Principal, StateVersion
 from kilolock.tfe import grants
 from kilolock.tfe.errors import WorkspaceLocked
 from kilolock.tfe.locks import owns
 from kilolock.tfe.model import PendingVersion, TFEWorkspace
-from kilolock.tfe.names import (
-    is_pending_id,
-    new_pending_id,
-    parse_version_id,
-    version_id,
-)
+from kilolock.tfe.names import is_pending_id, new_pending_id, parse_version_id, version_id
 from kilolock.tfe.requests import parse_state_version_create
-from kilolock.web._base import JSON, Response, render_async
 from kilolock.web.body import in_thread_if_large, prepare_upload, read_body
 from kilolock.web.request import DEFAULT_MAX_BODY_BYTES
+from kilolock.web.resource import JSON, Response, render_async
 from kilolock.web.tfe.base import TFEResource
 from kilolock.web.tfe.documents import pending_version_resource, state_version_resource
 from kilolock.web.tfe.jsonapi import api_headers, jsonapi_response

@@ -21,9 +21,9 @@ from typing import Any
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.errors import BadRequest, StateNotFound
-from kilolock.model import Principal
-from kilolock.scope import scope_prefix
+from kilolock.core.errors import BadRequest, StateNotFound
+from kilolock.core.model import Principal
+from kilolock.rules.scope import scope_prefix
 from kilolock.tfe.errors import InvalidAttribute, NotSafeToDelete, WorkspaceLocked
 from kilolock.tfe.model import Tag, TFEWorkspace
 from kilolock.tfe.outputs import view_of_row
@@ -34,9 +34,9 @@ from kilolock.tfe.requests import (
     parse_workspace_update,
 )
 from kilolock.tfe.tags import WorkspaceFilter
-from kilolock.web._base import Response, render_async
 from kilolock.web.body import read_body
 from kilolock.web.query import plain_error, query_value, query_values
+from kilolock.web.resource import Response, render_async
 from kilolock.web.tfe.base import InOrganization, TFEDirectory, TFEResource
 from kilolock.web.tfe.documents import (
     Page,

@@ -15,8 +15,8 @@ from attrs import frozen
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.errors import NotFound
-from kilolock.web._base import AsyncResource, ErrorPage, Response, render_async
+from kilolock.core.errors import NotFound
+from kilolock.web.resource import AsyncResource, ErrorPage, Response, render_async
 from kilolock.web.ui import BASE_PATH
 from kilolock.web.ui.headers import SECURITY_HEADERS
 

@@ -1,5 +1,5 @@
 """The audit trail (C{/ui/audit}): the events the viewer may see, filtered
-and paged by key on the server (L{kilolock.event_pages}: a page costs what
+and paged by key on the server (L{kilolock.rules.event_pages}: a page costs what
 it shows, however long the chain), with the tenant's chain head; and
 C{/ui/audit/verify}, the verification of the whole hash chain
 (L{kilolock.web.chain.check_tenant_chain}) naming the first broken link,
@@ -13,11 +13,9 @@ from attrs import define, evolve, frozen
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
-from kilolock.audit import ChainHead
-from kilolock.errors import BadRequest
-from kilolock.event_pages import EventPageQuery
-from kilolock.interfaces import IStateStore
-from kilolock.model import (
+from kilolock.core.audit import ChainHead
+from kilolock.core.errors import BadRequest
+from kilolock.core.events import (
     LOCK_ACQUIRE,
     LOCK_FORCE_RELEASE,
     LOCK_RELEASE,
@@ -26,11 +24,13 @@ from kilolock.model import (
     STATE_ROLLBACK,
     STATE_WRITE,
     AuditEvent,
-    Principal,
 )
-from kilolock.scope import in_scope, scope_prefix
-from kilolock.web._base import Response
+from kilolock.core.model import Principal
+from kilolock.rules.event_pages import EventPageQuery
+from kilolock.rules.scope import in_scope, scope_prefix
+from kilolock.store.interfaces.states import IStateStore
 from kilolock.web.chain import check_tenant_chain
+from kilolock.web.resource import Response
 from kilolock.web.ui import BASE_PATH, format
 from kilolock.web.ui.base import UiResource, Viewer, render_page, template
 from kilolock.web.ui.params import number, state_url, text, with_query

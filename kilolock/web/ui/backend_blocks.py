@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from twisted.web.server import Request
 
-from kilolock.model import DEFAULT_TENANT, Principal, StateKey
+from kilolock.core.model import DEFAULT_TENANT, Principal, StateKey
 from kilolock.tfe.names import InvalidName, check_workspace_name
 from kilolock.web.ui.sessions import is_secure
 

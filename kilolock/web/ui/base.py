@@ -19,13 +19,13 @@ from twisted.web.iweb import ITemplateLoader
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, XMLFile, flattenString, renderer, tags
 
-from kilolock.errors import Forbidden, KilolockError, Unauthorized
-from kilolock.interfaces import ITenantStore
-from kilolock.model import DEFAULT_TENANT, Principal, UiSession
-from kilolock.web._base import AsyncResource, Response, log_unexpected, render_async
+from kilolock.core.errors import Forbidden, KilolockError, Unauthorized
+from kilolock.core.model import DEFAULT_TENANT, Principal, UiSession
+from kilolock.store.interfaces.tenants import ITenantStore
 from kilolock.web.context import context_of
 from kilolock.web.lane import StateLane
 from kilolock.web.request import client_address
+from kilolock.web.resource import AsyncResource, Response, log_unexpected, render_async
 from kilolock.web.ui import BASE_PATH
 from kilolock.web.ui.assets import Assets
 from kilolock.web.ui.headers import page_response, redirect

@@ -7,7 +7,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from kilolock.model import AuditEvent, HeldLock
+from kilolock.core.events import AuditEvent
+from kilolock.core.model import HeldLock
 from kilolock.web.native.documents import event_detail
 
 #: A lock held longer than this is shown as stale.

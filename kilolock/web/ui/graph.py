@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from attrs import frozen
 from twisted.web.template import Tag
 
-from kilolock.model import DependencyRow, ResourceRow
+from kilolock.core.model import DependencyRow, ResourceRow
 
 #: The most nodes drawn.
 MAX_NODES = 80

@@ -7,7 +7,7 @@ back to it, and no page can be framed.
 
 from __future__ import annotations
 
-from kilolock.web._base import Response
+from kilolock.web.resource import Response
 
 CONTENT_SECURITY_POLICY = (
     b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"

@@ -1,5 +1,5 @@
 """A state's history: its versions as a timeline (what each changed, who
-wrote it, when), the diff of any two (L{kilolock.statediff}, redacted,
+wrote it, when), the diff of any two (L{kilolock.tfstate.diff}, redacted,
 shown side by side), and the download of a version."""
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from twisted.web.resource import Resource
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
-from kilolock.errors import BadRequest, EncryptedState, VersionNotFound
-from kilolock.interfaces import IStateStore
-from kilolock.model import AuditEvent, StateKey, StateVersion
-from kilolock.statediff import diff_states
-from kilolock.web._base import Response
+from kilolock.core.errors import BadRequest, EncryptedState, VersionNotFound
+from kilolock.core.events import AuditEvent
+from kilolock.core.model import StateKey, StateVersion
+from kilolock.store.interfaces.states import IStateStore
+from kilolock.tfstate.diff import diff_states
 from kilolock.web.body import in_thread_if_large
+from kilolock.web.resource import Response
 from kilolock.web.ui import BASE_PATH, format
 from kilolock.web.ui.base import Viewer, page_count, pager, render_page, template
 from kilolock.web.ui.headers import SECURITY_HEADERS

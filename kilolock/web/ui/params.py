@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, quote, urlencode
 
 from twisted.web.server import Request
 
-from kilolock.errors import BadRequest
+from kilolock.core.errors import BadRequest
 from kilolock.web.query import plain_error, query_value
 from kilolock.web.ui import BASE_PATH
 

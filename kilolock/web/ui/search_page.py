@@ -8,10 +8,10 @@ from attrs import define
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
-from kilolock.errors import BadRequest
-from kilolock.model import ResourceMatch, ResourceQuery
-from kilolock.scope import scope_prefix
-from kilolock.web._base import Response
+from kilolock.core.errors import BadRequest
+from kilolock.rules.resources import ResourceMatch, ResourceQuery
+from kilolock.rules.scope import scope_prefix
+from kilolock.web.resource import Response
 from kilolock.web.ui import BASE_PATH
 from kilolock.web.ui.base import UiResource, Viewer, render_page, template
 from kilolock.web.ui.params import state_url, text

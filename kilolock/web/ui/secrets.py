@@ -1,7 +1,7 @@
 """The values a state marks sensitive, so that a page can refuse to show them
 wherever they turn up.
 
-The redacted diff (L{kilolock.statediff}) hides the paths a state lists in
+The redacted diff (L{kilolock.tfstate.diff}) hides the paths a state lists in
 C{sensitive_attributes} and the outputs marked sensitive.  Terraform does not
 list every path that holds a sensitive value, though: C{terraform_data}'s
 C{output} copies a sensitive C{input} unmarked.  So the diff page also masks
@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from kilolock.tfstate_redaction import REDACTED, redact, sensitive_paths
+from kilolock.tfstate.redaction import REDACTED, redact, sensitive_paths
 
 #: Shorter values are not hunted for elsewhere (C{"1"} or C{"true"} would
 #: mask half a page); they are still hidden where they are marked.

@@ -22,8 +22,9 @@ from attrs import define, frozen
 from twisted.internet.interfaces import IReactorTime
 from twisted.web.server import Request
 
-from kilolock.interfaces import ISessionStore, ITenantStore
-from kilolock.model import Principal, UiSession
+from kilolock.core.model import Principal, UiSession
+from kilolock.store.interfaces.sessions import ISessionStore
+from kilolock.store.interfaces.tenants import ITenantStore
 from kilolock.web.request import KilolockRequest
 from kilolock.web.ui import BASE_PATH
 

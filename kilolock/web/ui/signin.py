@@ -2,7 +2,7 @@
 
 Sign-in takes a Kilolock token (the static token, or a tenant's C{kl_}
 token) and checks it through the same portal and checkers as every API
-request (L{kilolock.auth.authenticate}); the browser then gets a session
+request (L{kilolock.auth.portal.authenticate}); the browser then gets a session
 (L{kilolock.web.ui.sessions}).  Sign-out ends the session everywhere."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from attrs import define, evolve
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
-from kilolock.auth import authenticate
-from kilolock.errors import BadRequest, Unauthorized
-from kilolock.web._base import Response, render_async
+from kilolock.auth.portal import authenticate
+from kilolock.core.errors import BadRequest, Unauthorized
 from kilolock.web.request import client_address
+from kilolock.web.resource import Response, render_async
 from kilolock.web.ui import BASE_PATH
 from kilolock.web.ui.base import UiResource, Viewer, error_content, render_page, template
 from kilolock.web.ui.headers import redirect

@@ -1,5 +1,5 @@
 """What every page of one state shares: the state's segments, and the scope
-rule (L{kilolock.scope}) deciding whether the viewer may see it.  A state
+rule (L{kilolock.rules.scope}) deciding whether the viewer may see it.  A state
 outside the viewer's scope is a 404, exactly like a missing one."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from collections.abc import Callable
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.errors import Forbidden, StateNotFound
-from kilolock.model import StateKey, StateSummary
-from kilolock.scope import state_key
-from kilolock.web._base import Response, named_child
+from kilolock.core.errors import Forbidden, StateNotFound
+from kilolock.core.model import StateKey, StateSummary
+from kilolock.rules.scope import state_key
 from kilolock.web.context import context_of
+from kilolock.web.resource import Response, named_child
 from kilolock.web.ui.base import Dashboard, UiResource, Viewer
 
 

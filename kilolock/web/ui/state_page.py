@@ -12,9 +12,10 @@ from twisted.web.resource import Resource
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
-from kilolock.conditions import state_conditions, state_ready
-from kilolock.model import AuditEvent, Projection, ResourceRow, StateKey, StateSummary
-from kilolock.web._base import Response
+from kilolock.core.conditions import state_conditions, state_ready
+from kilolock.core.events import AuditEvent
+from kilolock.core.model import Projection, ResourceRow, StateKey, StateSummary
+from kilolock.web.resource import Response
 from kilolock.web.ui import BASE_PATH, format
 from kilolock.web.ui.backend_blocks import base_url, cloud_block, http_backend_block
 from kilolock.web.ui.base import Viewer, page_count, pager, render_page, template

@@ -10,11 +10,10 @@ from attrs import define
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
-from kilolock.conditions import state_conditions, state_ready
-from kilolock.model import STATE_SORTS, StateListing, StateListQuery, StatePage
-from kilolock.scope import scope_prefix
-from kilolock.state_listing import MAX_PAGE
-from kilolock.web._base import Response
+from kilolock.core.conditions import state_conditions, state_ready
+from kilolock.rules.listing import MAX_PAGE, STATE_SORTS, StateListing, StateListQuery, StatePage
+from kilolock.rules.scope import scope_prefix
+from kilolock.web.resource import Response
 from kilolock.web.ui import BASE_PATH, format
 from kilolock.web.ui.base import UiResource, Viewer, page_count, pager, render_page, template
 from kilolock.web.ui.params import choice, number, state_url, text, with_query

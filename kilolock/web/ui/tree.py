@@ -9,9 +9,10 @@ from attrs import frozen
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.interfaces import ISessionStore, ITenantStore
-from kilolock.web._base import Directory, Response, render_async
+from kilolock.store.interfaces.sessions import ISessionStore
+from kilolock.store.interfaces.tenants import ITenantStore
 from kilolock.web.lane import StateLane
+from kilolock.web.resource import Directory, Response, render_async
 from kilolock.web.ui import BASE_PATH
 from kilolock.web.ui.assets import Assets, StaticFolder
 from kilolock.web.ui.audit_page import AuditPage

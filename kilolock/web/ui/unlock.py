@@ -12,8 +12,8 @@ from attrs import define
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer
 
-from kilolock.errors import Conflict, Forbidden
-from kilolock.web._base import Response, render_async
+from kilolock.core.errors import Conflict, Forbidden
+from kilolock.web.resource import Response, render_async
 from kilolock.web.ui import BASE_PATH, format
 from kilolock.web.ui.base import Viewer, error_content, render_page, template
 from kilolock.web.ui.headers import redirect

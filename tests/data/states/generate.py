@@ -19,7 +19,7 @@ It writes:
     provisioner fails, which leaves a tainted current object and a deposed one.
   - C{destroyed.tfstate}: C{full} after C{terraform destroy} (no resources).
   - C{monolith.tfstate}: the refactoring tests' monolith (the layout
-    C{before} of C{tests/refactor_configs.py}: nested modules, C{count} and
+    C{before} of C{tests/support/refactor_configs.py}: nested modules, C{count} and
     C{for_each}, a data source, dependencies).
 
 Resource ids and lineages are random, so each run produces different bytes;
@@ -229,7 +229,7 @@ def generate_deposed(root: Path) -> None:
 
 def generate_monolith(root: Path) -> None:
     sys.path.insert(0, str(HERE.parent.parent))
-    from refactor_configs import write_layout
+    from tests.support.refactor_configs import write_layout
 
     work = write_layout(root / "monolith", "before")
     terraform(work, "init", "-input=false", "-no-color")

@@ -1,0 +1,1 @@
+"""Who is calling: twisted.cred checkers and realm, TLS client certificates, CI identity."""

@@ -1,0 +1,1 @@
+"""C{kilolock-migrate}: schema upgrades, row jobs and offline recovery."""

@@ -1,0 +1,1 @@
+"""Retention: the policy rule, its values and the background service."""

@@ -1,0 +1,1 @@
+"""The Kilolock process: twistd options, the service tree, logs, metrics."""

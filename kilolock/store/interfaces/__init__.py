@@ -1,0 +1,1 @@
+"""Every store interface, one module per domain."""

@@ -1,0 +1,1 @@
+"""The memory store: the executable specification of the store interfaces, one module per domain."""

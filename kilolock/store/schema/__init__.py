@@ -1,0 +1,1 @@
+"""The PostgreSQL schema: numbered migrations, the full current schema, and the upgrader."""

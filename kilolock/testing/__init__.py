@@ -1,0 +1,1 @@
+"""Kilolock for other projects' tests: the pytest plugin and its server."""

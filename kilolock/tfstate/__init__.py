@@ -1,0 +1,1 @@
+"""Terraform state documents, read and compared: pure, no Twisted, no I/O."""

@@ -1,0 +1,1 @@
+"""The Terraform/OpenTofu HTTP backend lane (C{/v1/states})."""

@@ -1,0 +1,1 @@
+"""What operators and clients probe: health, readiness, metrics, discovery."""
