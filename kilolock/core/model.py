@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import enum
 import re
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from attrs import field, frozen
 
@@ -19,9 +20,6 @@ from kilolock.core.text import (
     load_json,
     stored_members,
 )
-
-if TYPE_CHECKING:
-    from kilolock.auth.oidc.access import OidcAccess
 
 #: The tenant every request belongs to in the C{open} and C{static} auth modes.
 DEFAULT_TENANT = "default"
@@ -67,6 +65,54 @@ class StateKey:
     path: str
 
 
+class Access(enum.StrEnum):
+    """What a request needs of a state (and what a CI token's grant lets it do
+    with the states it covers)."""
+
+    #: Read a state's outputs only (where a lane offers that).
+    OUTPUTS_ONLY = "outputs-only"
+    #: Read states (GET), never lock or write.
+    READ = "read"
+    #: Everything on the state lane: read, lock, write, unlock.
+    WRITE = "write"
+
+    def covers(self, needed: Access) -> bool:
+        """Whether this access includes C{needed} (write ⊇ read ⊇ outputs-only)."""
+        order = (Access.OUTPUTS_ONLY, Access.READ, Access.WRITE)
+        return order.index(self) >= order.index(needed)
+
+
+class CiAccess(Protocol):
+    """What a CI job's token may do (L{kilolock.auth.oidc.access.OidcAccess}),
+    as the rest of Kilolock asks it: its grants on state paths, whether it
+    has expired, and how the audit trail names it."""
+
+    @property
+    def expired(self) -> bool:
+        """Whether the token is past its expiry (within the lock grace)."""
+
+    @property
+    def token_digest(self) -> str:
+        """The SHA-256 of the token, recorded with the locks it takes."""
+
+    def allows(self, path: str, need: Access) -> bool:
+        """Whether a grant covers C{need} on the state at C{path}."""
+
+    def require(self, path: str, need: Access) -> None:
+        """@raise Denied: unless a grant covers C{need} on C{path}."""
+
+    def require_fresh(self) -> None:
+        """@raise Denied: when the token has expired."""
+
+    def require_finishing(self, path: str, held: HeldLock | None,
+                          lock_id: str | None, need: Access = Access.WRITE) -> None:
+        """@raise Denied: unless the request finishes work the token locked
+        (C{need}: write or unlock it, or read back the state it holds)."""
+
+    def audit_detail(self) -> dict[str, str]:
+        """What the audit trail records of the token."""
+
+
 @frozen
 class Principal:
     """Who is calling: a tenant, a display name for the audit trail, and a scope."""
@@ -85,7 +131,7 @@ class Principal:
     #: A CI job's OIDC token: its grants, its identity for the audit trail,
     #: its digest (recorded with the locks it takes).  None for any other
     #: credential.
-    oidc: OidcAccess | None = field(default=None, eq=False)
+    oidc: CiAccess | None = field(default=None, eq=False)
 
     @property
     def can_write(self) -> bool:

@@ -42,7 +42,7 @@ import re
 from typing import Any
 
 from kilolock.core.errors import InvalidText
-from kilolock.tfstate.json_fast import UNDECIDED, fast_decode
+from kilolock.core.json_fast import UNDECIDED, fast_decode
 
 __all__ = [
     "INVALID_UNICODE",

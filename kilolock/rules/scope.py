@@ -36,9 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kilolock.auth.oidc.policy import Access
 from kilolock.core.errors import Forbidden
-from kilolock.core.model import Principal, StateKey
+from kilolock.core.model import Access, Principal, StateKey
 from kilolock.rules.hosted import OUTPUTS_SCOPE
 
 __all__ = ["check_admin", "check_caller", "in_scope", "scope_prefix", "state_key"]

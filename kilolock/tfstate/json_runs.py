@@ -19,7 +19,7 @@ of the GIL -- and counts its brackets once:
     the array, and the run is whole elements (it ends with a closing
     bracket, so no number was cut short);
   - the values are the ones C{json} builds, by the rules of
-    L{kilolock.tfstate.json_fast}: floats built by C{float} from their text,
+    L{kilolock.core.json_fast}: floats built by C{float} from their text,
     integers of any size, the last of duplicate keys.  Anything msgspec
     refuses -- a guess that is not whole elements, an element that is not
     JSON, C{NaN}, an escaped lone surrogate, nesting beyond its recursion
@@ -48,8 +48,8 @@ from typing import Any
 
 import msgspec
 
+from kilolock.core.json_fast import REFUSALS
 from kilolock.core.text import MAX_JSON_DEPTH
-from kilolock.tfstate.json_fast import REFUSALS
 
 __all__ = ["ElementRuns", "FloatWatch", "Run"]
 

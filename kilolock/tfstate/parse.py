@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kilolock.core.errors import InvalidState, InvalidText
+from kilolock.core.json_fast import UNDECIDED, fast_decode
 from kilolock.core.model import ParsedState
 from kilolock.core.text import (
     MAX_JSON_DEPTH,
@@ -43,7 +44,6 @@ from kilolock.core.text import (
     check_depth_bounded,
     skip_json_whitespace,
 )
-from kilolock.tfstate.json_fast import UNDECIDED, fast_decode
 from kilolock.tfstate.json_runs import ElementRuns, FloatWatch
 from kilolock.tfstate.projection import StreamedResources, project_state
 from kilolock.tfstate.redaction import REDACTED

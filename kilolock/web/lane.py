@@ -21,10 +21,9 @@ from attrs import evolve, frozen
 from twisted.cred.portal import Portal
 from twisted.web.server import Request
 
-from kilolock.auth.oidc.policy import Access
 from kilolock.auth.portal import authenticate
 from kilolock.auth.tls import with_client_certificate
-from kilolock.core.model import Principal, StateKey, WriteOutcome
+from kilolock.core.model import Access, Principal, StateKey, WriteOutcome
 from kilolock.retention.policy import KEEP_EVERYTHING, RetentionPolicy
 from kilolock.rules.scope import check_caller, state_key
 from kilolock.server.metrics import Metrics

@@ -24,10 +24,9 @@ from attrs import field, frozen
 
 from kilolock.auth.oidc import grace
 from kilolock.auth.oidc.decision import Accepted, Refusal
-from kilolock.auth.oidc.policy import Access
 from kilolock.auth.oidc.refusal import Reason
 from kilolock.core.errors import Denied, Forbidden, Unauthorized
-from kilolock.core.model import HeldLock
+from kilolock.core.model import Access, HeldLock
 
 #: The reason codes the access log gives OIDC refusals start with this.
 REASON_PREFIX = "oidc_"

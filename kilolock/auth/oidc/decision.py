@@ -18,9 +18,10 @@ from twisted.internet.defer import Deferred, ensureDeferred
 
 from kilolock.auth.oidc.claims import audit_detail, claim_texts, principal_name
 from kilolock.auth.oidc.patterns import TemplateError, matches, render
-from kilolock.auth.oidc.policy import Access, OidcPolicy, Rule
+from kilolock.auth.oidc.policy import OidcPolicy, Rule
 from kilolock.auth.oidc.refusal import UNAUTHENTICATED, Reason, TokenRefused
 from kilolock.auth.oidc.verify import TokenVerifier, VerifiedToken
+from kilolock.core.model import Access
 
 
 @frozen

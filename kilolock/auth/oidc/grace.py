@@ -30,8 +30,8 @@ import hmac
 from attrs import evolve, frozen
 
 from kilolock.auth.oidc.decision import Accepted, Refusal
-from kilolock.auth.oidc.policy import Access
 from kilolock.auth.oidc.refusal import Reason
+from kilolock.core.model import Access
 
 #: The grace after C{exp}, by default and at most, in seconds.
 DEFAULT_GRACE = 3600.0

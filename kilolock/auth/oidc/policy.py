@@ -7,7 +7,6 @@ stated there; L{OidcPolicy.to_document} gives back the document form.
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -15,26 +14,11 @@ from typing import Any
 from attrs import field, frozen
 
 from kilolock.auth.oidc.patterns import matches
+from kilolock.core.model import Access
 
 #: The algorithms a CI token may be signed with.  Never C{none}, never an
 #: HMAC (whose secret would be the public key anyone can fetch).
 ALLOWED_ALGORITHMS = ("RS256", "ES256")
-
-
-class Access(enum.StrEnum):
-    """What a grant lets a pipeline do with the states it covers."""
-
-    #: Read a state's outputs only (where a lane offers that).
-    OUTPUTS_ONLY = "outputs-only"
-    #: Read states (GET), never lock or write.
-    READ = "read"
-    #: Everything on the state lane: read, lock, write, unlock.
-    WRITE = "write"
-
-    def covers(self, needed: Access) -> bool:
-        """Whether this access includes C{needed} (write ⊇ read ⊇ outputs-only)."""
-        order = (Access.OUTPUTS_ONLY, Access.READ, Access.WRITE)
-        return order.index(self) >= order.index(needed)
 
 
 @frozen

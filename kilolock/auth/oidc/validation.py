@@ -40,7 +40,8 @@ from kilolock.auth.oidc.patterns import (
     matches,
     placeholders,
 )
-from kilolock.auth.oidc.policy import Access, Condition, Grant, OidcPolicy, Rule, TrustedIssuer
+from kilolock.auth.oidc.policy import Condition, Grant, OidcPolicy, Rule, TrustedIssuer
+from kilolock.core.model import Access
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 MAX_ISSUERS = 20

@@ -22,9 +22,8 @@ from attrs import field, frozen
 from twisted.logger import Logger
 from twisted.web.server import Request
 
-from kilolock.auth.oidc.policy import Access
 from kilolock.core.errors import NotFound
-from kilolock.core.model import DEFAULT_TENANT, Principal, StateKey, utcnow
+from kilolock.core.model import DEFAULT_TENANT, Access, Principal, StateKey, utcnow
 from kilolock.rules.scope import scope_prefix, state_key
 from kilolock.tfe.model import TFEWorkspace
 from kilolock.tfe.names import (

@@ -15,8 +15,8 @@ from kilolock.auth.oidc.grace import (
     finishing_refusal,
     token_digest,
 )
-from kilolock.auth.oidc.policy import Access
 from kilolock.auth.oidc.refusal import Reason
+from kilolock.core.model import Access
 from tests.support.oidc_issuer import (
     Harness,
     github_claims,

@@ -21,9 +21,10 @@ from kilolock.auth.oidc.patterns import (
     placeholders,
     render,
 )
-from kilolock.auth.oidc.policy import Access, OidcPolicy
+from kilolock.auth.oidc.policy import OidcPolicy
 from kilolock.auth.oidc.policy_file import load_policy_file
 from kilolock.auth.oidc.validation import PolicyError, validate_policy
+from kilolock.core.model import Access
 from tests.support.oidc_issuer import AUDIENCE, LocalIssuer, github_policy_document
 from tests.support.paths import DOCS
 from tests.support.tls_material import make_certificates

@@ -15,9 +15,9 @@ import jwt
 import pytest
 
 from kilolock.auth.oidc.decision import Accepted, Refusal
-from kilolock.auth.oidc.policy import Access
 from kilolock.auth.oidc.refusal import Reason
 from kilolock.auth.oidc.validation import validate_policy
+from kilolock.core.model import Access
 from tests.support.oidc_issuer import (
     AUDIENCE,
     GITHUB_IAT,

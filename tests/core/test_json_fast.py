@@ -1,4 +1,4 @@
-"""Tests for L{kilolock.tfstate.json_fast}: msgspec's decode is used only where it
+"""Tests for L{kilolock.core.json_fast}: msgspec's decode is used only where it
 answers exactly as C{json} does.
 
 Two levels: the decoder (whatever it decodes, C{json} decodes to an
@@ -23,9 +23,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from kilolock.core import text
+from kilolock.core.json_fast import UNDECIDED, fast_decode
 from kilolock.core.text import load_json
 from kilolock.tfstate import parse
-from kilolock.tfstate.json_fast import UNDECIDED, fast_decode
 from kilolock.tfstate.parse import parse_state
 from tests.support.hostile_support import deep_text, json_text, lock_infos, state_texts
 from tests.support.json_identity import same_document as _same
