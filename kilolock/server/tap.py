@@ -16,6 +16,7 @@ from attrs import frozen
 from twisted.application.service import IService, MultiService
 from twisted.application.strports import service as endpoint_service
 from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import IReactorTime
 from twisted.python import usage
 
 from kilolock.atrest.settings import (
@@ -41,7 +42,7 @@ from kilolock.retention.policy import MAX_DAYS, MAX_VERSIONS, RetentionPolicy
 from kilolock.server.listening import with_backlog
 from kilolock.server.metrics import Metrics
 from kilolock.server.services import KilolockService, ListeningEndpoint, StoreService, keeping_port
-from kilolock.stateops.runner import OperationRunner, pause_while_file_exists
+from kilolock.stateops.runner import OperationRunner, Pause
 from kilolock.stateops.sweeper import OperationSweeper
 from kilolock.store.interfaces.states import IStateStore
 from kilolock.store.interfaces.tenants import ITenantStore
@@ -106,9 +107,6 @@ class Settings:
     # seconds an expired token may still finish the work it locked.
     oidc_config: str | None = None
     oidc_lock_grace: float = DEFAULT_GRACE
-    #: For Kilolock's own tests only: a file holding the time CI tokens are
-    #: verified at (KL_TESTING_OIDC_CLOCK_FILE, no command-line option).
-    testing_oidc_clock_file: str | None = None
     # State at rest: the key file that encrypts versions (none: stored
     # unencrypted), the server's retention policy (None: no limit of that
     # kind) and the seconds between two pruning passes.
@@ -116,10 +114,6 @@ class Settings:
     retention_versions: int | None = None
     retention_days: int | None = None
     retention_interval: float = DEFAULT_RETENTION_INTERVAL
-    #: For Kilolock's own tests only: while this file exists, state
-    #: operations wait before their write, holding their locks
-    #: (KL_TESTING_OPERATION_PAUSE_FILE, no command-line option).
-    testing_operation_pause_file: str | None = None
 
     @classmethod
     def from_sources(cls, options: Mapping[str, Any],
@@ -167,7 +161,6 @@ class Settings:
             oidc_config=pick("oidc-config", "KL_OIDC_CONFIG", None),
             oidc_lock_grace=_number(float, "KL_OIDC_LOCK_GRACE", pick(
                 "oidc-lock-grace", "KL_OIDC_LOCK_GRACE", DEFAULT_GRACE)),
-            testing_oidc_clock_file=environ.get("KL_TESTING_OIDC_CLOCK_FILE") or None,
             encryption_keys=pick("encryption-keys", "KL_ENCRYPTION_KEYS", None),
             retention_versions=retention_limit("KL_RETENTION_VERSIONS", pick(
                 "retention-versions", "KL_RETENTION_VERSIONS", None), MAX_VERSIONS),
@@ -175,7 +168,6 @@ class Settings:
                 "retention-days", "KL_RETENTION_DAYS", None), MAX_DAYS),
             retention_interval=_number(float, "KL_RETENTION_INTERVAL", pick(
                 "retention-interval", "KL_RETENTION_INTERVAL", DEFAULT_RETENTION_INTERVAL)),
-            testing_operation_pause_file=environ.get("KL_TESTING_OPERATION_PAUSE_FILE") or None,
         )
         settings.check()
         return settings
@@ -355,12 +347,14 @@ def build_store(settings: Settings, reactor: Any) -> IStateStore:
     return postgres_store_from_settings(settings, reactor, key_provider=provider)
 
 
-def build_portal_for(settings: Settings, store: IStateStore, reactor: Any = None) -> Any:
+def build_portal_for(settings: Settings, store: IStateStore, reactor: Any = None,
+                     token_clock: IReactorTime | None = None) -> Any:
     """The portal of the auth mode's checker, with the checker of CI tokens
-    in the database mode and in a static mode with C{--oidc-config}."""
+    in the database mode and in a static mode with C{--oidc-config}
+    (verifying them at C{token_clock}'s time: the reactor's by default)."""
     oidc = oidc_policy_source(settings.auth_mode, settings.oidc_config, store)
     extra = [] if oidc is None else [oidc_checker(
-        oidc, reactor, settings.oidc_lock_grace, settings.testing_oidc_clock_file)]
+        oidc, reactor, settings.oidc_lock_grace, clock=token_clock)]
     if settings.auth_mode == "static":
         return build_portal(StaticTokenChecker(settings.auth_token or None), *extra)
     if settings.auth_mode == "database":
@@ -420,27 +414,33 @@ class HostedListeners(MultiService):
         return int(found.group(1)) if found else None
 
 
-def native_options(settings: Settings, store: IStateStore, reactor: Any) -> NativeOptions:
-    """The native API's write side: operations run by this process, upload
-    sessions up to the body limit."""
-    pause = (None if settings.testing_operation_pause_file is None
-             else pause_while_file_exists(settings.testing_operation_pause_file, reactor))
+def native_options(settings: Settings, store: IStateStore, reactor: Any,
+                   pause: Pause | None = None) -> NativeOptions:
+    """The native API's write side: operations run by this process (each
+    step after C{pause}, when given), upload sessions up to the body limit."""
     return NativeOptions(runner=OperationRunner(store, reactor, pause=pause),
                          max_state_bytes=settings.max_body_bytes)
 
 
 def make_service_from_settings(settings: Settings, reactor: Any = None,
-                               store: IStateStore | None = None) -> KilolockService:
-    """The whole server: the store service, then the HTTP listener."""
+                               store: IStateStore | None = None, *,
+                               token_clock: IReactorTime | None = None,
+                               operation_pause: Pause | None = None) -> KilolockService:
+    """The whole server: the store service, then the HTTP listener.
+
+    @param token_clock: the time CI tokens are verified at, and the OIDC key
+        cache runs on (the reactor when None).
+    @param operation_pause: awaited before each step of a state operation
+        (none when None)."""
     if reactor is None:
         from twisted.internet import reactor as default_reactor
 
         reactor = default_reactor
     if store is None:
         store = build_store(settings, reactor)
-    portal = build_portal_for(settings, store, reactor)
+    portal = build_portal_for(settings, store, reactor, token_clock)
     metrics = Metrics.create()
-    native = native_options(settings, store, reactor)
+    native = native_options(settings, store, reactor, operation_pause)
     site = KilolockSite(
         build_root(store, portal, reactor, metrics=metrics, auth_mode=settings.auth_mode,
                    ui=None if settings.ui == "off" else UiOptions(

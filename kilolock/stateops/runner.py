@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 
 from attrs import define, evolve, field
 from twisted.internet.defer import Deferred, ensureDeferred
-from twisted.internet.task import LoopingCall, deferLater
+from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
@@ -77,8 +77,7 @@ from kilolock.store.interfaces.states import IStateStore
 from kilolock.tfstate.parse import parse_state
 
 __all__ = ["LEASE_SECONDS", "RENEW_SECONDS", "STEPS", "OperationLocked", "OperationRunner",
-           "operation_lock",
-           "pause_while_file_exists"]
+           "Pause", "operation_lock"]
 
 log = Logger()
 
@@ -396,14 +395,3 @@ def _error_of(error: BaseException) -> dict[str, Any]:
     log.error("operation failed unexpectedly: {kind}", kind=type(error).__qualname__)
     return {"code": "internal_error", "message": "the operation failed unexpectedly; see the"
                                                  " server log"}
-
-
-def pause_while_file_exists(path: str, reactor: Any) -> Pause:
-    """For Kilolock's own tests of a live server only: hold every operation
-    before its write while the file C{path} exists (its locks held)."""
-
-    async def pause(operation_id: str, step: str) -> None:
-        while step == "writing" and os.path.exists(path):
-            await deferLater(reactor, 0.05, lambda: None)
-
-    return pause

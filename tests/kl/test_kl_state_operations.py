@@ -27,7 +27,7 @@ def hold(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def server(kilolock_server_factory: ServerFactory, hold: Path) -> KilolockServer:
-    started = kilolock_server_factory(env={"KL_TESTING_OPERATION_PAUSE_FILE": str(hold)})
+    started = kilolock_server_factory(hooks=("--operation-pause-file", str(hold)))
     assert started.with_body("POST", "/v1/states/mono", MONOLITH).status == 200
     return started
 

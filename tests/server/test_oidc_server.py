@@ -3,9 +3,9 @@ C{--oidc-config}) fetching keys from a real issuer on loopback: key
 rotation, the issuer going down, forged key ids, the attacks over HTTP,
 Bearer tokens; and the settings, checked before the server starts.
 
-The server verifies tokens at the time of its C{KL_TESTING_OIDC_CLOCK_FILE}
-(a test-only setting), which the tests move: no test waits for time to
-pass."""
+The server verifies tokens at the time of its C{--token-clock-file} (a hook
+of L{kilolock.testing.hooks}), which the tests move: no test waits for time
+to pass."""
 
 from __future__ import annotations
 

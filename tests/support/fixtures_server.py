@@ -92,10 +92,14 @@ SERVER_STORES: dict[str, StoreVariant] = {
 }
 
 
-def server_command(*args: str) -> list[str]:
-    """C{twist kilolock ARGS} with this interpreter, logging text to stdout."""
-    return [sys.executable, "-m", "twisted", "--log-format=text", "--log-file=-",
-            "kilolock", *args]
+def server_command(*args: str, hooks: tuple[str, ...] = ()) -> list[str]:
+    """C{twist kilolock ARGS} with this interpreter, logging text to stdout;
+    with C{hooks} (options of L{kilolock.testing.hooks}, e.g.
+    C{("--operation-pause-file", path)}), the server of
+    C{python -m kilolock.testing.twist}, which takes them."""
+    runner = "kilolock.testing.twist" if hooks else "twisted"
+    return [sys.executable, "-m", runner, "--log-format=text", "--log-file=-",
+            "kilolock", *args, *hooks]
 
 
 def clean_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -256,10 +260,10 @@ DEFAULT_LISTEN = "tcp:0:interface=127.0.0.1"
 def _launch(request: pytest.FixtureRequest, tmp_path: Path, launch: StoreLaunch,
             env: Mapping[str, str] | None, args: tuple[str, ...],
             index: int, listen: str = DEFAULT_LISTEN,
-            tls: ssl.SSLContext | None = None) -> KilolockServer:
+            tls: ssl.SSLContext | None = None, hooks: tuple[str, ...] = ()) -> KilolockServer:
     directory = tmp_path / f"kilolock-server-{index}"
     server = KilolockServer(
-        server_command("--listen", listen, *launch.args, *args),
+        server_command("--listen", listen, *launch.args, *args, hooks=hooks),
         clean_environment({**launch.env, **(env or {})}),
         cwd=directory,
         log_path=directory / "server.log",
@@ -286,14 +290,16 @@ def kilolock_server_factory(request: pytest.FixtureRequest, tmp_path: Path,
     """Start servers with C{factory(env={...}, args=(...))}; all of them are
     stopped when the test ends.  C{listen} (an endpoint string with port 0
     on 127.0.0.1) and C{tls} (an C{ssl.SSLContext} for an C{ssl:} endpoint)
-    change where the server listens."""
+    change where the server listens; C{hooks} are options of
+    L{kilolock.testing.hooks} (see L{server_command})."""
     started: list[KilolockServer] = []
 
     def factory(env: Mapping[str, str] | None = None,
                 args: tuple[str, ...] = (), listen: str = DEFAULT_LISTEN,
-                tls: ssl.SSLContext | None = None) -> KilolockServer:
+                tls: ssl.SSLContext | None = None,
+                hooks: tuple[str, ...] = ()) -> KilolockServer:
         server = _launch(request, tmp_path, server_store, env, args, len(started),
-                         listen, tls)
+                         listen, tls, hooks)
         started.append(server)
         return server
 

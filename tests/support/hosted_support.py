@@ -182,10 +182,13 @@ def hosted_env(**extra: str) -> dict[str, str]:
 
 def start_hosted_server(factory: Callable[..., KilolockServer],
                         env: Mapping[str, str] | None = None,
-                        args: tuple[str, ...] = ()) -> HostedServer:
-    """A server in database mode (its control API on an ephemeral port)."""
+                        args: tuple[str, ...] = (),
+                        hooks: tuple[str, ...] = ()) -> HostedServer:
+    """A server in database mode (its control API on an ephemeral port);
+    C{hooks} as the server factory's."""
     server = factory(env=hosted_env(**(env or {})),
-                     args=("--control-listen", "tcp:0:interface=127.0.0.1", *args))
+                     args=("--control-listen", "tcp:0:interface=127.0.0.1", *args),
+                     hooks=hooks)
 
     def control_port() -> int | None:
         found = _CONTROL_PORT_LINE.search(server.log_path.read_bytes())

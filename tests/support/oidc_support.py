@@ -346,8 +346,9 @@ class ThreadedIssuer:
 
 class TokenClock:
     """The time a server subprocess verifies CI tokens at (and runs its key
-    cache on): the file of C{KL_TESTING_OIDC_CLOCK_FILE}.  Starts just after
-    the documented GitHub token was issued."""
+    cache on): the file of its C{--token-clock-file} (L{hooks}, a hook of
+    L{kilolock.testing.hooks}).  Starts just after the documented GitHub
+    token was issued."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -363,6 +364,11 @@ class TokenClock:
 
     def advance(self, seconds: float) -> None:
         self.set(self.now() + seconds)
+
+    @property
+    def hooks(self) -> tuple[str, ...]:
+        """The server hook that verifies tokens at this clock's time."""
+        return ("--token-clock-file", str(self.path))
 
 
 @frozen
@@ -397,6 +403,5 @@ def start_oidc_server(factory: Callable[..., KilolockServer], directory: Path,
     policy.write_text(json.dumps(static_policy_document(issuer.url)))
     clock = TokenClock(directory / "token-clock")
     server = factory(env={"KL_AUTH_MODE": "static", "KL_AUTH_TOKEN": STATIC_TOKEN,
-                          "KL_OIDC_CONFIG": str(policy),
-                          "KL_TESTING_OIDC_CLOCK_FILE": str(clock.path), **env})
+                          "KL_OIDC_CONFIG": str(policy), **env}, hooks=clock.hooks)
     return OidcServer(server, issuer, clock)

@@ -4,8 +4,8 @@ C{TF_HTTP_PASSWORD}, a Kilolock server subprocess verifying it against an
 issuer on loopback.  Terraform's own messages for each refusal are checked
 (docs/ci-identity.md lists them).
 
-The server verifies tokens at the time of its test-only
-C{KL_TESTING_OIDC_CLOCK_FILE}: the token that expires mid-apply does so
+The server verifies tokens at the time of its C{--token-clock-file} (a hook
+of L{kilolock.testing.hooks}): the token that expires mid-apply does so
 because the test moves that time while Terraform holds the lock, between its
 LOCK and its final write."""
 
@@ -284,8 +284,7 @@ def test_hosted_mode_applies_with_a_tenant_policy(kilolock_server_factory: Serve
     backend block with username oidc: apply works; the events carry the
     token's identity; a pull request's token cannot lock."""
     clock = TokenClock(tmp_path / "token-clock")
-    hosted = start_hosted_server(kilolock_server_factory, env={
-        "KL_TESTING_OIDC_CLOCK_FILE": str(clock.path)})
+    hosted = start_hosted_server(kilolock_server_factory, hooks=clock.hooks)
     control = hosted.control
     control.ok("POST", "/tenants", {"slug": "acme", "name": "Acme"}, 201)
     infra = control.ok("POST", "/tenants/acme/workspaces", {"name": "infra"}, 201)

@@ -49,8 +49,8 @@ class Root:
 
 @pytest.fixture
 def server(kilolock_server_factory: ServerFactory, tmp_path: Path) -> KilolockServer:
-    return kilolock_server_factory(env={
-        "KL_TESTING_OPERATION_PAUSE_FILE": str(tmp_path / "hold-operations")})
+    return kilolock_server_factory(
+        hooks=("--operation-pause-file", str(tmp_path / "hold-operations")))
 
 
 @pytest.fixture

@@ -181,43 +181,14 @@ class OidcChecker:
             oidc=OidcAccess(decision, token_digest(credentials.token), tenant.hosted))
 
 
-class TestingClock:
-    """B{For tests only} (C{KL_TESTING_OIDC_CLOCK_FILE}): the time CI tokens
-    are verified at, and the OIDC key cache runs on, read from a file
-    holding seconds since the epoch (the reactor's time while the file is
-    missing or unreadable); timers are the reactor's.  Lets an end-to-end
-    test move a server's token clock past a token's expiry between two
-    requests of one Terraform run."""
-
-    def __init__(self, reactor: IReactorTime, path: str) -> None:
-        self.reactor = reactor
-        self.path = path
-
-    def seconds(self) -> float:
-        try:
-            with open(self.path, encoding="ascii") as stream:
-                return float(stream.read().strip())
-        except (OSError, ValueError):
-            return self.reactor.seconds()
-
-    def callLater(self, delay: float, callable: Any, *args: Any, **kwargs: Any) -> Any:
-        return self.reactor.callLater(delay, callable, *args, **kwargs)
-
-    def getDelayedCalls(self) -> Any:
-        return self.reactor.getDelayedCalls()
-
-
 def oidc_checker(source: IOidcPolicySource, reactor: Any, grace: float,
-                 testing_clock_file: str | None = None) -> OidcChecker:
+                 clock: IReactorTime | None = None) -> OidcChecker:
     """The checker a server runs: one L{KeyRegistry} (keys cached per issuer,
-    shared by every tenant) and one L{TokenVerifier}, on C{reactor} (or, in
-    tests only, on a L{TestingClock})."""
-    clock: Any = reactor
-    if testing_clock_file is not None:
-        log.warn("KL_TESTING_OIDC_CLOCK_FILE is set: CI tokens are verified at the time in"
-                 " {path}; this setting is for Kilolock's own tests only",
-                 path=testing_clock_file)
-        clock = TestingClock(reactor, testing_clock_file)
+    shared by every tenant) and one L{TokenVerifier}, both on C{clock} (the
+    time tokens are verified at and keys cached by: C{reactor} when None);
+    keys are fetched with C{reactor}."""
+    if clock is None:
+        clock = reactor
     clients: dict[str | None, HTTPGetter] = {}
 
     def http_for(ca_pem: str | None) -> HTTPGetter:
