@@ -6,7 +6,8 @@ from twisted.application.service import Application
 from twisted.logger import ILogObserver
 
 from kilolock.server.logs import json_log_observer
-from kilolock.server.tap import Settings, make_service_from_settings
+from kilolock.server.settings import Settings
+from kilolock.server.tap import make_service_from_settings
 
 settings = Settings.from_sources({})
 application = Application("kilolock")

@@ -1,7 +1,8 @@
 """The server's settings of state at rest: the key file that encrypts stored
 versions (C{--encryption-keys}, C{KL_ENCRYPTION_KEYS}) and the server's
 retention policy (C{--retention-versions}, C{--retention-days},
-C{--retention-interval}); what L{kilolock.server.tap} builds from them.
+C{--retention-interval}), options of L{kilolock.server.settings.Settings};
+what L{kilolock.server.tap} builds from them.
 
 Both are off by default, for reasons C{docs/at-rest.md} gives: a key that
 Kilolock made up by itself would sit next to the data it protects (or be
@@ -15,9 +16,7 @@ from typing import Any
 
 from twisted.application.service import IService
 from twisted.logger import Logger
-from twisted.python import usage
 
-from kilolock.atrest.errors import KeyFileError
 from kilolock.atrest.interfaces import IKeyProvider
 from kilolock.atrest.keyfile import load_key_file
 from kilolock.atrest.keyring import LocalKeyProvider
@@ -26,59 +25,24 @@ from kilolock.retention.service import RetentionService
 from kilolock.server.metrics import Metrics
 from kilolock.store.interfaces.retention import IRetentionStore
 
-__all__ = ["AT_REST_OPTIONS", "DEFAULT_RETENTION_INTERVAL", "check_key_file", "key_provider",
-           "retention_limit", "retention_service"]
+__all__ = ["DEFAULT_RETENTION_INTERVAL", "key_provider", "retention_limit",
+           "retention_service"]
 
 log = Logger()
 
 #: Seconds between two pruning passes.
 DEFAULT_RETENTION_INTERVAL = 600.0
 
-#: The options of C{twistd kilolock} these settings add.
-AT_REST_OPTIONS: list[list[Any]] = [
-    ["encryption-keys", None, None,
-     "TOML key file of key-encryption keys (one active): stored versions are encrypted"
-     " (PostgreSQL store; see docs/at-rest.md) [KL_ENCRYPTION_KEYS, default: not"
-     " encrypted]"],
-    ["retention-versions", None, None,
-     "keep the newest N versions of each state; older ones are pruned unless"
-     " --retention-days keeps them [KL_RETENTION_VERSIONS, default off: no limit]"],
-    ["retention-days", None, None,
-     "keep every version younger than D days [KL_RETENTION_DAYS, default off: no limit]"],
-    ["retention-interval", None, None,
-     "seconds between two pruning passes"
-     f" [KL_RETENTION_INTERVAL, default {DEFAULT_RETENTION_INTERVAL:g}]"],
-]
 
+def retention_limit(value: Any) -> int | None:
+    """A retention limit as given: C{off} or C{none} is no limit, anything
+    else a whole number (its range is the option's rule).
 
-def retention_limit(name: str, value: Any, maximum: int) -> int | None:
-    """A retention limit: absent, C{off} or C{none} is no limit; else a whole
-    number from 1 to C{maximum}.
-
-    @raise usage.UsageError: for anything else.
-    """
-    if value is None or str(value).strip().lower() in ("off", "none"):
+    @raise ValueError: not a whole number."""
+    text = str(value).strip()
+    if text.lower() in ("off", "none"):
         return None
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        number = 0
-    if not 1 <= number <= maximum:
-        raise usage.UsageError(f"{name} must be a whole number from 1 to {maximum}, or off")
-    return number
-
-
-def check_key_file(path: str | None) -> None:
-    """Read and check the key file at C{path} (None: none).
-
-    @raise usage.UsageError: naming the file and the rule it breaks.
-    """
-    if path is None:
-        return
-    try:
-        load_key_file(path)
-    except KeyFileError as error:
-        raise usage.UsageError(f"--encryption-keys: {error}") from None
+    return int(text)
 
 
 def key_provider(store: str, path: str | None) -> IKeyProvider | None:

@@ -29,6 +29,7 @@ from zope.interface import implementer
 
 from kilolock.server import tap
 from kilolock.server.services import KilolockService
+from kilolock.server.settings import Settings
 from kilolock.stateops.runner import Pause
 
 __all__ = ["MAKER", "FileClock", "Options", "makeService", "pause_while_file_exists"]
@@ -93,7 +94,7 @@ def makeService(options: Mapping[str, Any], reactor: Any = None) -> KilolockServ
     if clock_file is not None:
         log.warn("CI tokens are verified at the time in {path} (a test hook)", path=clock_file)
     return tap.make_service_from_settings(
-        tap.Settings.from_sources(options), reactor,
+        Settings.from_sources(options), reactor,
         token_clock=None if clock_file is None else FileClock(reactor, clock_file),
         operation_pause=None if pause_file is None else pause_while_file_exists(pause_file,
                                                                                 reactor))

@@ -1,6 +1,7 @@
 """The edge of every Kilolock listener: the limits a connection, a request
-head and a request body are held to before any resource sees them, their
-options, and the answers that refuse them.
+head and a request body are held to before any resource sees them (their
+options are L{kilolock.server.settings.Settings}'s), and the answers that
+refuse them.
 
 Every refusal is a complete HTTP/1.1 response with a JSON error body
 (C{{"error": {"code": ..., "message": ...}}}, the code naming the limit and
@@ -10,10 +11,7 @@ after it (see L{kilolock.web.channel}).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from attrs import fields, frozen
+from attrs import frozen
 from twisted.web.http import RESPONSES
 
 from kilolock.core.errors import KilolockError
@@ -62,91 +60,9 @@ class EdgeLimits:
     #: (0: no budget).
     parse_budget_bytes: int = DEFAULT_PARSE_BUDGET_BYTES
 
-    def check(self) -> None:
-        """@raise ValueError: naming the environment variable of a bad value."""
-        for option in EDGE_OPTIONS:
-            value = getattr(self, option.field)
-            if value < 0 or (value == 0 and not option.zero_allowed):
-                raise ValueError(f"{option.env} must be"
-                                 f" {'0 or more' if option.zero_allowed else 'positive'}")
-
 
 #: The limits when none are given.
 DEFAULT_LIMITS = EdgeLimits()
-
-
-@frozen
-class EdgeOption:
-    """One limit's command-line option and environment variable."""
-
-    option: str
-    env: str
-    field: str
-    kind: type[int] | type[float]
-    #: Whether 0 is a value (else the value must be positive).
-    zero_allowed: bool
-    help: str
-
-
-EDGE_OPTIONS = (
-    EdgeOption("max-request-line", "KL_MAX_REQUEST_LINE", "max_request_line", int, False,
-               "longest request line in bytes; longer: 414"),
-    EdgeOption("max-head-bytes", "KL_MAX_HEAD_BYTES", "max_head_bytes", int, False,
-               "largest request head (request line and headers) in bytes; larger: 431"),
-    EdgeOption("max-headers", "KL_MAX_HEADERS", "max_headers", int, False,
-               "most header fields in a request; more: 431"),
-    EdgeOption("header-timeout", "KL_HEADER_TIMEOUT", "header_timeout", float, False,
-               "seconds from a request's first byte to the end of its head; slower: 408"),
-    EdgeOption("body-min-rate", "KL_BODY_MIN_RATE", "body_min_rate", int, True,
-               "bytes per second a request body must average after its grace period;"
-               " slower: 408 (0: off)"),
-    EdgeOption("body-rate-grace", "KL_BODY_RATE_GRACE", "body_rate_grace", float, True,
-               "seconds a request body may take before its rate counts"),
-    EdgeOption("max-connections-per-client", "KL_MAX_CONNECTIONS_PER_CLIENT",
-               "max_connections_per_client", int, True,
-               "open connections per client address (trusted proxies exempt); more: 429"
-               " (0: off)"),
-    EdgeOption("listen-backlog", "KL_LISTEN_BACKLOG", "listen_backlog", int, False,
-               "connections the kernel queues before they are accepted (unless the endpoint"
-               " string sets backlog=)"),
-    EdgeOption("large-body-bytes", "KL_LARGE_BODY_BYTES", "large_body_bytes", int, False,
-               "request bodies at least this large count against the two budgets"),
-    EdgeOption("body-budget-bytes", "KL_BODY_BUDGET_BYTES", "body_budget_bytes", int, True,
-               "bytes of large request bodies admitted at once; past it: 503 with"
-               " Retry-After (0: off)"),
-    EdgeOption("parse-budget-bytes", "KL_PARSE_BUDGET_BYTES", "parse_budget_bytes", int, True,
-               "bytes of large request bodies held in memory and processed at once;"
-               " the others wait their turn (0: off)"),
-)
-
-
-def edge_limits(pick: Callable[[str, str], Any]) -> EdgeLimits:
-    """The limits from C{pick(option, env)} (None: the default).
-
-    @raise ValueError: naming the environment variable of a bad value."""
-    values: dict[str, Any] = {}
-    for option in EDGE_OPTIONS:
-        raw = pick(option.option, option.env)
-        if raw is None:
-            continue
-        try:
-            values[option.field] = option.kind(raw)
-        except (TypeError, ValueError):
-            raise ValueError(f"{option.env} must be a number, not {raw!r}") from None
-    limits = EdgeLimits(**values)
-    limits.check()
-    return limits
-
-
-def option_parameters() -> list[list[Any]]:
-    """The limits' entries of a L{twisted.python.usage.Options}'s
-    C{optParameters}."""
-    defaults = {field.name: field.default for field in fields(EdgeLimits)}
-    shown = {name: f"{value:g}" if isinstance(value, float) else str(value)
-             for name, value in defaults.items()}
-    return [[option.option, None, None,
-             f"{option.help} [{option.env}, default {shown[option.field]}]"]
-            for option in EDGE_OPTIONS]
 
 
 # -- refusals ---------------------------------------------------------------
@@ -197,7 +113,6 @@ class EdgeRefusal(KilolockError):
 _PHRASES = {408: b"Request Timeout", 413: b"Payload Too Large", 414: b"URI Too Long",
             429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
             503: b"Service Unavailable"}
-_ENV_OF = {option.field: option.env for option in EDGE_OPTIONS}
 
 
 def _refusal(status: int, code: str, message: str, env: str,
@@ -217,29 +132,35 @@ class LimitRefusal:
     words: str
     #: The L{EdgeLimits} field of the limit.
     field: str
+    #: The environment variable that sets it.
+    setting: str
     retry_after: int | None = None
 
     def refusal(self, limits: EdgeLimits) -> Refusal:
         """The refusal under C{limits}."""
         return _refusal(self.status, self.code, self.words.format(getattr(limits, self.field)),
-                        _ENV_OF[self.field], self.retry_after)
+                        self.setting, self.retry_after)
 
 
 REQUEST_LINE_TOO_LONG = LimitRefusal(414, "request_line_too_long",
                                      "the request line is longer than {} bytes",
-                                     "max_request_line")
+                                     "max_request_line", "KL_MAX_REQUEST_LINE")
 HEAD_TOO_LARGE = LimitRefusal(431, "headers_too_large",
-                              "the request head is larger than {} bytes", "max_head_bytes")
+                              "the request head is larger than {} bytes", "max_head_bytes",
+                              "KL_MAX_HEAD_BYTES")
 TOO_MANY_HEADERS = LimitRefusal(431, "too_many_headers",
-                                "the request has more than {} header fields", "max_headers")
+                                "the request has more than {} header fields", "max_headers",
+                                "KL_MAX_HEADERS")
 HEAD_TOO_SLOW = LimitRefusal(408, "header_timeout",
                              "the request head was not complete within {:g} s",
-                             "header_timeout")
+                             "header_timeout", "KL_HEADER_TIMEOUT")
 BODY_TOO_SLOW = LimitRefusal(408, "body_too_slow",
-                             "the request body arrived slower than {} bytes/s", "body_min_rate")
+                             "the request body arrived slower than {} bytes/s", "body_min_rate",
+                             "KL_BODY_MIN_RATE")
 TOO_MANY_CONNECTIONS = LimitRefusal(429, "too_many_connections",
                                     "this address already has {} open connections",
-                                    "max_connections_per_client", retry_after=1)
+                                    "max_connections_per_client",
+                                    "KL_MAX_CONNECTIONS_PER_CLIENT", retry_after=1)
 
 
 def payload_too_large(limit: int) -> Refusal:
@@ -251,4 +172,4 @@ def payload_too_large(limit: int) -> Refusal:
 def over_budget(retry_after: int) -> Refusal:
     return _refusal(503, "uploads_over_budget",
                     f"too many large uploads are in progress; retry after {retry_after} s",
-                    _ENV_OF["body_budget_bytes"], retry_after=retry_after)
+                    "KL_BODY_BUDGET_BYTES", retry_after=retry_after)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from twisted.python import usage
 
-from kilolock.server.tap import Settings
+from kilolock.server.settings import Settings
 from tests.support.fixtures_server import ServerFactory
 from tests.support.oidc_issuer import github_claims
 from tests.support.oidc_support import (

@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 import pytest_twisted
+from attrs import asdict
 from twisted.internet.testing import MemoryReactorClock
 from twisted.internet.threads import deferToThread
 from twisted.python import usage
 
-from kilolock.server.tap import Settings, make_service_from_settings
+from kilolock.server.settings import Settings
+from kilolock.server.tap import make_service_from_settings
 from kilolock.store.memory.store import MemoryStateStore
 from kilolock.web.edge import DEFAULT_LIMITS, EdgeLimits
 from tests.support.awaiting import eventually
@@ -42,7 +44,7 @@ class Listeners:
 def start(edge: EdgeLimits = DEFAULT_LIMITS, **settings: Any) -> Any:
     from twisted.internet import reactor
 
-    config = Settings(listen="tcp:0:interface=127.0.0.1", store="memory", edge=edge,
+    config = Settings(listen="tcp:0:interface=127.0.0.1", store="memory", **asdict(edge),
                       auth_mode="database", control_token=CONTROL_TOKEN,
                       control_listen="tcp:0:interface=127.0.0.1", **settings)
     service = make_service_from_settings(config, reactor, store=MemoryStateStore())
@@ -279,7 +281,7 @@ def test_the_listen_backlog_reaches_both_listeners() -> None:
     assert _listened(Settings(listen="tcp:7001", control_listen="tcp:7002", **hosted)) == [
         (7001, 511), (7002, 511)]
     assert _listened(Settings(listen="tcp:7001:backlog=7", control_listen="tcp:7002",
-                              edge=EdgeLimits(listen_backlog=2048), **hosted)) == [
+                              listen_backlog=2048, **hosted)) == [
         (7001, 7), (7002, 2048)]
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 from twisted.python import usage
 
 from kilolock.auth.oidc.checker import HostedPolicySource, IOidcPolicySource, StaticPolicySource
-from kilolock.auth.oidc.grace import checked_grace
 from kilolock.auth.oidc.policy import OidcPolicy
 from kilolock.auth.oidc.policy_file import load_policy_file
 from kilolock.auth.oidc.validation import PolicyError
@@ -43,12 +42,8 @@ def static_policy(path: str) -> OidcPolicy:
     return policy
 
 
-def check_oidc_settings(auth_mode: str, oidc_config: str | None, grace: float) -> None:
-    """@raise usage.UsageError: a setting that cannot work."""
-    try:
-        checked_grace(grace)
-    except ValueError as error:
-        raise usage.UsageError(f"KL_OIDC_LOCK_GRACE: {error}") from None
+def check_oidc_settings(auth_mode: str, oidc_config: str | None) -> None:
+    """@raise usage.UsageError: a policy file the auth mode cannot use."""
     if oidc_config is None:
         return
     if auth_mode != "static":
