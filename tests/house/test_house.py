@@ -137,7 +137,7 @@ def test_function_level_and_relative_imports_are_read(tmp_path: Path) -> None:
                       "def f():\n    from kilolock.web import paths\n"
                       "    from . import sibling\n")
     names = set(imported_names(source, "kilolock.store.mod"))
-    assert {"kilolock.web", "kilolock.rules.paths", "kilolock.store",
+    assert {"kilolock.web", "kilolock.web.paths", "kilolock.store",
             "kilolock.store.sibling"} <= names
     assert "kilolock.hidden" not in names
 
