@@ -47,7 +47,7 @@ from kilolock.tfstate.values import (
     json_kind,
 )
 
-__all__ = ["StreamedResources", "hcl_quote", "project_state"]
+__all__ = ["StreamedResources", "hcl_quote", "project_resource", "project_state"]
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
@@ -107,6 +107,19 @@ def project_state(doc: dict[str, Any],
         dependencies=tuple(streamed.dependencies),
         outputs=_project_outputs(doc.get("outputs")),
     )
+
+
+def project_resource(position: int,
+                     resource: Any) -> tuple[list[ResourceRow], list[DependencyRow]]:
+    """The rows of one resource, C{resources[position]} of its state (the
+    position names it in errors).
+
+    @raise InvalidState: it has the wrong shape.
+    """
+    rows: list[ResourceRow] = []
+    dependencies: list[DependencyRow] = []
+    _project_resource(position, resource, rows, dependencies, set())
+    return rows, dependencies
 
 
 def _project_resource(
