@@ -94,7 +94,14 @@ from kilolock.reservations.render import (
     state_head,
     state_tail,
 )
-from kilolock.tfstate.address import InvalidAddress, Key, Target, parse_address, parse_module_path
+from kilolock.tfstate.address import (
+    InvalidAddress,
+    Key,
+    ModuleStep,
+    Target,
+    parse_address,
+    parse_module_path,
+)
 from kilolock.tfstate.parse import JSON_DECODER, parse_state
 from kilolock.tfstate.projection import project_resource, project_state
 
@@ -743,26 +750,39 @@ class _Merge:
 
     def check_stale_reads(self) -> None:
         """Refuse each object theirs writes that depends on a managed
-        resource main changed since the base."""
-        changed = {_config_address(resource) for resource, resolved in self.resolved.items()
-                   if resolved.main_changed and resource[1] == "managed"}
+        resource main changed since the base.
+
+        A C{dependencies} entry is a configuration address (no instance
+        keys).  Where its module path starts like the writer's, the
+        dependency is in the writer's own module instances: no value flows
+        from one instance of a module call to another (it would be a cycle
+        through the call), so only that instance of it counts -- an object
+        in C{module.m["q"]} depending on C{module.m.terraform_data.r} read
+        C{module.m["q"]}'s, whatever main did to C{module.m["p"]}'s."""
+        changed: dict[str, list[tuple[ModuleStep, ...]]] = {}
+        for resource, resolved in self.resolved.items():
+            if resolved.main_changed and resource[1] == "managed":
+                changed.setdefault(_config_address(resource), []).append(
+                    parse_module_path(resource[0]))
         if not changed:
             return
         for resource, resolved in self.resolved.items():
-            if resource[1] != "managed":
+            if resource[1] != "managed" or not resolved.written:
                 continue
+            writer = parse_module_path(resource[0])
             for key, instance in resolved.written:
                 for dependency in instance.dependencies:
                     target = self._dependency(dependency)
                     if target is None or target.mode == "data":
                         continue
-                    if target.config_text() in changed:
+                    config = target.config_text()
+                    shared = _shared_names(writer, target.module)
+                    if any(found[:shared] == writer[:shared] for found in changed.get(config, ())):
                         address = instance_address(resource, key)
                         self.refusals.append(Refusal(
                             RefusalRule.STALE_READ,
-                            f"{address} depends on {target.config_text()}, which changed in main"
-                            " since this view's base (stale read)", address,
-                            dependency=target.config_text()))
+                            f"{address} depends on {config}, which changed in main since this"
+                            " view's base (stale read)", address, dependency=config))
                         break
 
     # -- the view's next base
@@ -943,6 +963,17 @@ def _units(resource: DecodedResource | None) -> dict[Key, frozenset[tuple[str, b
     for instance in resource.instances:
         units.setdefault(instance.key, set()).add((instance.deposed, instance.digest))
     return {key: frozenset(objects) for key, objects in units.items()}
+
+
+def _shared_names(writer: tuple[ModuleStep, ...], dependency: tuple[ModuleStep, ...]) -> int:
+    """How many first module steps of a writer's path and of a dependency's
+    (configuration) path name the same module calls."""
+    shared = 0
+    for mine, theirs in zip(writer, dependency, strict=False):
+        if mine.name != theirs.name:
+            break
+        shared += 1
+    return shared
 
 
 def _config_address(resource: ResourceId) -> str:

@@ -104,13 +104,33 @@ def written_dependencies(base: Model, theirs: Model, units: Iterable[UnitId]
     return found
 
 
+def _module_steps(module: str) -> list[tuple[str, object]]:
+    return [(step.name, step.key) for step in parse_module_path(module)]
+
+
+def reads(writer: UnitId, dependency: str, changed: UnitId) -> bool:
+    """Whether an object of C{writer} whose dependencies name C{dependency}
+    read C{changed}: its configuration address is the dependency's, and in
+    the module calls the writer's path shares by name with the
+    dependency's, it is in the writer's own module instances."""
+    if config_address(changed) != dependency:
+        return False
+    mine, theirs = _module_steps(writer[0]), _module_steps(changed[0])
+    names = dependency.split(".")[1::2][:-1] if dependency.startswith("module.") else []
+    shared = 0
+    while shared < min(len(mine), len(names)) and mine[shared][0] == names[shared]:
+        shared += 1
+    return mine[:shared] == theirs[:shared]
+
+
 def stale_units(base: Model, theirs: Model, main: Model, view: Iterable[UnitId],
                 changed_in_main: Iterable[UnitId]) -> set[UnitId]:
     """The units of C{view} a merge must refuse as stale reads: an object
     theirs writes depends on a managed resource main changed (and theirs
     did not change alike)."""
-    changed = {config_address(unit) for unit in changed_in_main
+    changed = [unit for unit in changed_in_main
                if unit[1] == "managed" and main.get(unit) != base.get(unit)
-               and theirs.get(unit) != main.get(unit)}
+               and theirs.get(unit) != main.get(unit)]
     return {unit for unit, dependencies in written_dependencies(base, theirs, view).items()
-            if dependencies & changed}
+            if any(reads(unit, dependency, other)
+                   for dependency in dependencies for other in changed)}

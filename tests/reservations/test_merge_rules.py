@@ -179,6 +179,34 @@ def test_no_stale_read_where_the_view_saw_mains_value_or_a_data_source() -> None
     assert outcome.refusals[0].dependency == "module.e.terraform_data.r"
 
 
+def test_a_dependency_in_the_writers_module_instance_is_that_instance() -> None:
+    """A dependency names a resource by its configuration address
+    (module.e.terraform_data.r); from inside module.e["q"] that is
+    module.e["q"]'s resource only -- main changing module.e["p"]'s is no
+    stale read (found on Terraform's own states: two views, one per module
+    instance); main changing module.e["q"]'s is, and from the root module
+    any instance's is."""
+    deep = ("module.e.terraform_data.r",)
+    base = tf(r("r", o("p0"), module='module.e["p"]'), r("r", o("q0"), module='module.e["q"]'),
+              r("deep", o("d0", 0, dependencies=deep), module='module.e["q"].module.inner'),
+              r("top", o("t0", dependencies=deep)))
+    main = tf(r("r", o("p1"), module='module.e["p"]'), r("r", o("q0"), module='module.e["q"]'),
+              r("deep", o("d0", 0, dependencies=deep), module='module.e["q"].module.inner'),
+              r("top", o("t0", dependencies=deep)), serial=2)
+    theirs = tf(r("r", o("p0"), module='module.e["p"]'), r("r", o("q0"), module='module.e["q"]'),
+                r("deep", o("d1", 0, dependencies=deep), module='module.e["q"].module.inner'),
+                r("top", o("t0", dependencies=deep)), serial=2)
+    merged(merge(theirs, main, base, write('module.e["q"]')))
+    top = theirs.replace(b'"t0"', b'"t1"')
+    outcome = refused(merge(top, main, base, write('module.e["q"]', "terraform_data.top")))
+    assert [refusal.address for refusal in outcome.refusals] == ["terraform_data.top"]
+    main_q = main.replace(b'"q0"', b'"q1"').replace(b'"p1"', b'"p0"')
+    outcome = refused(merge(theirs, main_q, base, write('module.e["q"]')))
+    assert outcome.reason == ('module.e["q"].module.inner.terraform_data.deep[0] depends on'
+                              " module.e.terraform_data.r, which changed in main since this"
+                              " view's base (stale read)")
+
+
 def test_data_sources_last_writer_wins() -> None:
     """A data source the view read again is taken, claimed or not, even
     when main read it too (S1: x0 to x1)."""
