@@ -128,7 +128,10 @@ def _merge_output(base: Any, theirs: Any, main: Any) -> bytes | None:
     if merged is None:
         return None
     value, type_ = merged
-    return render_output(value, type_, bool(main.get("sensitive")))
+    try:
+        return render_output(value, type_, bool(main.get("sensitive")))
+    except (UnicodeEncodeError, TypeError, ValueError):
+        return None  # text msgspec cannot write (an unpaired surrogate): kept stale
 
 
 def _kind(value: Any, type_: Any) -> str | None:

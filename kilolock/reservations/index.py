@@ -427,7 +427,7 @@ class ResourceReader:
         try:
             shape = _HEADER_DECODER.decode(piece)
         except REFUSALS:
-            document = json.loads(bytes(piece))
+            document = self._decoded(piece, position)
             if not isinstance(document, dict):
                 raise InvalidState(f"{self.where}[{position}] must be a JSON object") from None
             shape = _Header(document.get("mode"), document.get("type"), document.get("name"),
@@ -458,11 +458,23 @@ class ResourceReader:
             resource, provider, each, canonical_digest({"provider": provider, "each": each}),
             tuple(instances), digest if digest is not None else raw_digest(piece))
 
+    def _decoded(self, piece: Piece, position: int) -> Any:
+        """A resource's text decoded by C{json} (what msgspec refused).
+
+        @raise InvalidState: it is not JSON C{json} reads either.
+        """
+        try:
+            return json.loads(bytes(piece).decode("utf-8"))
+        except UnicodeDecodeError:
+            raise InvalidState("the state is not valid UTF-8") from None
+        except (ValueError, RecursionError):
+            raise InvalidState(f"{self.where}[{position}] is not valid JSON") from None
+
     def _shape_slowly(self, piece: Piece, position: int) -> _Shape:
         """A text msgspec refused, split by C{json} (which must accept it):
         each instance's text is cut from the resource's, as stored."""
-        text = bytes(piece).decode("utf-8")
-        document = json.loads(text)
+        text = bytes(piece).decode("utf-8", "replace")
+        document = self._decoded(piece, position)
         if not isinstance(document, dict):
             raise InvalidState(f"{self.where}[{position}] must be a JSON object")
         instances = document.get("instances")

@@ -16,6 +16,7 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from kilolock.core.errors import BadRequest
 from kilolock.reservations.index import index_state
 from kilolock.reservations.merge import MergePolicy, RefusalRule, Unchanged
 from kilolock.reservations.model import instance_address
@@ -263,3 +264,50 @@ def test_the_generated_states_hold_every_kind_of_instance() -> None:
     collect()
     assert seen == {"module for_each", "count", "for_each", "deposed", "dependencies", "data"}
     assert written_dependencies({}, {}, ()) == {}
+
+
+_hostile = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+    | st.text(max_size=8) | st.sampled_from(["managed", "data", "tainted", "\ud800", 1.5, -1]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["mode", "type", "name", "module", "instances", "index_key", "deposed",
+                         "dependencies", "attributes", "status", "provider", "each", "value",
+                         "outputs", "x"]), inner, max_size=4), max_leaves=10)
+
+
+@st.composite
+def hostile_bodies(draw: st.DrawFn) -> bytes:
+    """A valid state with one value anywhere replaced by anything, or its
+    bytes cut, repeated or overwritten."""
+    model = draw(models())
+    document = model_document(model, serial=4, outputs=model_outputs(model))
+    places: list[tuple[Any, Any]] = [(document, key) for key in list(document)]
+    for resource in document["resources"]:
+        places.extend((resource, key) for key in list(resource))
+        for item in resource["instances"]:
+            places.extend((item, key) for key in list(item))
+        places.append((resource["instances"], 0))
+    places.append((document["resources"], 0))
+    holder, key = draw(st.sampled_from(places))
+    if isinstance(holder, list):
+        holder.append(draw(_hostile))
+    else:
+        holder[key] = draw(_hostile)
+    raw = json.dumps(document, indent=2).encode()
+    if draw(st.booleans()):
+        at = draw(st.integers(0, len(raw)))
+        raw = raw[:at] + draw(st.binary(max_size=4)) + raw[at + draw(st.integers(0, 3)):]
+    return raw
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(models(), hostile_bodies())
+def test_a_hostile_body_is_a_400_or_an_answer_never_a_500(base: Model, body: bytes) -> None:
+    """Whatever a view is sent -- any value anywhere in a state, bytes cut
+    or overwritten -- the merge answers (merged, unchanged, refused) or
+    raises a 400 naming what is wrong; nothing else escapes."""
+    base_raw = state(base, 3)
+    try:
+        merge(body, base_raw, base_raw, MODEL_UNITS)
+    except BadRequest as error:
+        assert error.status == 400
