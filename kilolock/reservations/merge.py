@@ -51,14 +51,14 @@ import enum
 import hashlib
 import json
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from attrs import define, field, frozen
 
 from kilolock.core.errors import Conflict, EncryptedState, InvalidState
-from kilolock.core.model import DependencyRow, OutputRow, Projection, ResourceRow
-from kilolock.core.text import check_depth
+from kilolock.core.model import DependencyRow, OutputRow, ParsedState, Projection, ResourceRow
+from kilolock.core.text import check_depth, clean_text
 from kilolock.reservations.derived import (
     check_results_valid,
     higher_version,
@@ -237,26 +237,26 @@ class ProjectionDelta:
         dependencies: dict[ResourceId, list[DependencyRow]] = {}
         for dependency in main.dependencies:
             dependencies.setdefault(resource_of[dependency.address], []).append(dependency)
-        added = sorted(resource for resource in self.resources
-                       if resource not in {group for group, _ in groups})
+        present = {group for group, _ in groups}
+        added = sorted(resource for resource in self.resources if resource not in present)
         rows: list[ResourceRow] = []
         depends: list[DependencyRow] = []
 
-        def emit(resource: ResourceId, own_rows: Iterable[ResourceRow],
-                 own_dependencies: Iterable[DependencyRow]) -> None:
-            rows.extend(own_rows)
-            depends.extend(own_dependencies)
+        def emit(resource: ResourceId) -> None:
+            rows.extend(self.resources[resource])
+            depends.extend(self.dependencies.get(resource, ()))
 
+        waiting = list(reversed(added))
         for resource, own in groups:
-            while added and added[0] < resource:
-                new = added.pop(0)
-                emit(new, self.resources[new], self.dependencies.get(new, ()))
+            while waiting and waiting[-1] < resource:
+                emit(waiting.pop())
             if resource in self.resources:
-                emit(resource, self.resources[resource], self.dependencies.get(resource, ()))
+                emit(resource)
             else:
-                emit(resource, own, dependencies.get(resource, ()))
-        for new in added:
-            emit(new, self.resources[new], self.dependencies.get(new, ()))
+                rows.extend(own)
+                depends.extend(dependencies.get(resource, ()))
+        for new in reversed(waiting):
+            emit(new)
         return Projection(resources=tuple(rows), dependencies=tuple(depends),
                           outputs=self.outputs)
 
@@ -292,6 +292,14 @@ class Merged:
     index: StateIndex
     view_base: StateIndex
     projection: ProjectionDelta
+
+    def parsed(self, main: Projection) -> ParsedState:
+        """What a store writes a version with (as L{parse_state} would have
+        read it), from the projection of main (the version merged into)."""
+        return ParsedState(serial=self.serial, lineage=self.lineage,
+                           projection=self.projection.apply(main),
+                           terraform_version=None if self.terraform_version is None
+                           else clean_text(self.terraform_version))
 
 
 @frozen
@@ -329,7 +337,9 @@ def merge_view_post(theirs: bytes, main: bytes, base: StateIndex, *, write: Addr
         what a refusal names, and what C{AUTO_WIDEN} may take.
     @return: L{Merged}, L{Unchanged} or L{Refused}.
     @raise InvalidState: (400) C{theirs} is not a v4 state (nothing is
-        merged; the message names the position at fault).
+        merged; the message names the position at fault, never a value).
+    @raise kilolock.core.errors.InvalidText: (400) C{theirs} nests deeper
+        than any state may.
     @raise MergeFailed: the merged text failed its check (a fault here).
     """
     split = split_state(theirs)

@@ -118,7 +118,8 @@ def test_indexes_and_projection_of_a_merge_are_those_of_its_bytes(
         case: tuple[Model, Model, Model, tuple[UnitId, ...], tuple[UnitId, ...]]) -> None:
     """The merged version's index is the index of its bytes (offsets
     included), the view's next base the index of the state it sent, and
-    the projection as changes to main's is the projection of the bytes."""
+    the projection as changes to main's is the projection of the bytes
+    (and what a store writes the version with, what parsing them gives)."""
     base, main, theirs, others, view = case
     assume(not stale_units(base, theirs, main, view, others))
     main_raw, theirs_raw = state(main, 7), state(theirs, 4)
@@ -134,6 +135,7 @@ def test_indexes_and_projection_of_a_merge_are_those_of_its_bytes(
     main_projection = parse_state(main_raw).projection
     assert main_projection is not None
     assert result.projection.apply(main_projection) == parse_state(result.raw).projection
+    assert result.parsed(main_projection) == parse_state(result.raw)
 
 
 @SETTINGS
