@@ -51,6 +51,7 @@ from kilolock.core.json_fast import REFUSALS
 from kilolock.core.text import skip_json_whitespace
 from kilolock.reservations.model import (
     AddressSet,
+    Claim,
     ReservationSets,
     ResourceId,
     UnitId,
@@ -61,8 +62,8 @@ from kilolock.tfstate.scan import Member, scan_state
 from kilolock.tfstate.values import is_json_integer, json_kind
 
 __all__ = ["ClaimNotInState", "DecodedResource", "Instance", "ResourceEntry", "SplitState",
-           "StateIndex", "canonical_digest", "check_claims_exist", "index_state",
-           "raw_digest", "split_state"]
+           "StateIndex", "canonical_digest", "changed_claims", "check_claims_exist",
+           "index_state", "raw_digest", "split_state"]
 
 #: Bytes of a digest kept (SHA-256, truncated: a collision would make a
 #: changed resource look unchanged, never the reverse).
@@ -782,3 +783,33 @@ def objects_by_unit(entry: ResourceEntry | None) -> dict[Key, frozenset[tuple[st
     for key, deposed, digest in entry.objects:
         units.setdefault(key, set()).add((deposed, digest))
     return {key: frozenset(objects) for key, objects in units.items()}
+
+
+def changed_claims(sets: ReservationSets, base: StateIndex, main: StateIndex
+                   ) -> tuple[Claim, ...]:
+    """The claims of C{sets} naming something that changed between the
+    reservation's pinned snapshot (C{base}) and the current version
+    (C{main}): an instance's objects (added, removed, changed), or, for a
+    claim on a whole resource or a module, the resource's metadata.
+    Claiming them now would make a plan made on the snapshot stale: the
+    answer is to plan again."""
+    changed: set[UnitId] = set()
+    changed_headers: set[ResourceId] = set()
+    for resource in {*base.resources, *main.resources}:
+        before, after = base.entry(resource), main.entry(resource)
+        if before is not None and after is not None and before.raw == after.raw:
+            continue
+        units_before, units_after = objects_by_unit(before), objects_by_unit(after)
+        changed.update((*resource, key) for key in {*units_before, *units_after}
+                       if units_before.get(key) != units_after.get(key))
+        if (before is None) != (after is None) or (
+                before is not None and after is not None and before.header != after.header):
+            changed_headers.add(resource)
+    found: list[Claim] = []
+    for claims in (sets.write, sets.read):
+        for claim in claims:
+            single = AddressSet((claim,))
+            if any(single.covers_instance(unit[:4], unit[4]) for unit in changed) or any(
+                    single.covers_resource(resource) for resource in changed_headers):
+                found.append(claim)
+    return tuple(found)

@@ -14,7 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kilolock.core.errors import BadRequest, Conflict
-from kilolock.reservations.index import ClaimNotInState, check_claims_exist, index_state
+from kilolock.reservations.index import (
+    ClaimNotInState,
+    changed_claims,
+    check_claims_exist,
+    index_state,
+)
 from kilolock.reservations.model import (
     MAX_CLAIMS,
     AddressSet,
@@ -192,3 +197,22 @@ def test_claims_must_name_what_the_state_has() -> None:
             check_claims_exist(claimed, index)
         assert caught.value.status == 409 and caught.value.details() == {"field": field}
         assert words in caught.value.message
+
+
+def test_claims_on_what_main_changed_since_the_snapshot_are_found() -> None:
+    """A claim on an instance, resource or module main changed since the
+    reservation's snapshot is reported (its plan is stale); claims on
+    what did not change, or on what only changed layout, are not."""
+    raw = (SAMPLE_STATES / "full.tfstate").read_bytes()
+    document = json.loads(raw)
+    plain = next(resource for resource in document["resources"] if resource["name"] == "plain")
+    plain["instances"][1]["attributes"]["id"] = "replaced"
+    main = index_state(json.dumps(document).encode())
+    claimed = sets(write=["terraform_data.plain[1]", "terraform_data.plain[0]",
+                          "terraform_data.plain", "module.net",
+                          {"address": "terraform_data.new", "create": True}],
+                   read=["terraform_data.plain[1]", 'terraform_data.keyed["a"]'])
+    assert [str(claim) for claim in changed_claims(claimed, FULL, main)] == [
+        "terraform_data.plain[1]", "terraform_data.plain", "terraform_data.plain[1]"]
+    compact = index_state(json.dumps(json.loads(raw), separators=(",", ":")).encode())
+    assert changed_claims(claimed, FULL, compact) == ()
