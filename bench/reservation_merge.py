@@ -39,8 +39,9 @@ from collections.abc import Callable
 from typing import Any
 
 from kilolock.reservations.index import StateIndex, index_state
-from kilolock.reservations.merge import Merged, merge_view_post
+from kilolock.reservations.merge import merge_view_post
 from kilolock.reservations.model import parse_claims
+from kilolock.reservations.outcome import Merged
 
 PROVIDER = 'provider["registry.terraform.io/hashicorp/aws"]'
 VIEW_CHANGES = "module.shard_7.aws_instance.node_7"

@@ -36,7 +36,7 @@ import msgspec
 from attrs import frozen
 
 from kilolock.core.errors import InvalidState
-from kilolock.reservations.index import canonical_digest, decode_canonical
+from kilolock.reservations.canonical import canonical_digest, decode_canonical
 from kilolock.reservations.render import (
     render_check_results,
     render_output,
@@ -47,7 +47,7 @@ __all__ = ["ChecksMerge", "OutputsMerge", "higher_version", "merge_check_results
            "merge_outputs"]
 
 _ABSENT: Any = object()
-_RAW_MAP = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_RAW_MAP = msgspec.json.Decoder(dict[str, msgspec.Raw] | None)
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw] | None)
 
 
@@ -75,7 +75,8 @@ class OutputsMerge:
 
 
 def _entries(text: bytes) -> tuple[dict[str, bytes], dict[str, Any]]:
-    raw = {name: bytes(entry) for name, entry in _RAW_MAP.decode(text or b"{}").items()}
+    found = _RAW_MAP.decode(text or b"{}") or {}  # null outputs: none
+    raw = {name: bytes(entry) for name, entry in found.items()}
     return raw, {name: decode_canonical(entry) for name, entry in raw.items()}
 
 

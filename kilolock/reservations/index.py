@@ -1,54 +1,42 @@
 """A state's resources as digests: what a merge compares instead of whole
 states.  Pure: no Twisted, no I/O; a large state is indexed in a thread.
 
-L{index_state} reads a v4 state's bytes once and keeps, per resource, in the
-state's order:
+L{index_state} reads a v4 state's bytes once (L{kilolock.reservations.text})
+and keeps, per resource, in the state's order (L{ResourceEntry}):
 
   - the digest of its JSON text exactly as stored (two resources with the
     same text are the same resource, unchanged: nothing more is read);
   - the digest of its metadata (C{provider}, the legacy C{each});
   - per instance object (the current one and each deposed one, by index
-    key and deposed key), the digest of the object's I{canonical} form:
-    decoded, every field Terraform writes only when it is not its zero
-    value left out when it is (C{status}, C{private}, C{dependencies},
-    C{identity}, C{identity_schema_version}, ...; C{schema_version: 0} is
-    the same as none), numbers by value (C{1.50} is C{1.5}), keys sorted.
-    So a state written by another Terraform version, or by a tool with
-    other whitespace, indexes its unchanged objects to the same digests;
+    key and deposed key), the digest of the object's canonical form
+    (L{kilolock.reservations.canonical}: a state written by another
+    Terraform version, or with other whitespace, indexes its unchanged
+    objects to the same digests);
   - where its text starts in the bytes indexed (so a merge can splice the
-    state without reading it again).
+    state without reading it again);
 
 and the state's lineage, serial, Terraform version, and its C{outputs} and
 C{check_results} as JSON text.  An index is a few percent of its state
-(about 110 bytes a resource); L{StateIndex.to_bytes} and
+(about 116 bytes a resource); L{StateIndex.to_bytes} and
 L{StateIndex.from_bytes} store it.  With C{previous} (the index of a
 related version), resources whose text is unchanged take their digests from
 it, and only the others are decoded.
 
-L{split_state} is how bytes are read: msgspec splits the C{resources} array
-into each element's text without building the elements, and checks the
-whole text is JSON; text msgspec refuses (what only C{json} accepts: an
-escaped lone surrogate, a top-level member Terraform does not write) is read
-by L{kilolock.tfstate.scan} instead, which is slower but reads anything
-L{kilolock.tfstate.parse} accepts.
+What a reservation claims is checked against an index: that it names what
+the state has (L{check_claims_exist}), and whether the state changed under
+it since the reservation's snapshot (L{changed_claims}).
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-import re
-from collections.abc import Callable, Iterator
-from decimal import Decimal
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
-from attrs import frozen
 
-from kilolock.core.errors import Conflict, EncryptedState, InvalidState
-from kilolock.core.json_fast import REFUSALS
-from kilolock.core.text import skip_json_whitespace
+from kilolock.core.errors import Conflict, InvalidState
+from kilolock.reservations.canonical import raw_digest
 from kilolock.reservations.model import (
     AddressSet,
     Claim,
@@ -56,484 +44,12 @@ from kilolock.reservations.model import (
     ResourceId,
     UnitId,
 )
-from kilolock.tfstate.address import InvalidAddress, Key, format_module, parse_module_path
-from kilolock.tfstate.parse import SUPPORTED_VERSION
-from kilolock.tfstate.scan import Member, scan_state
-from kilolock.tfstate.values import is_json_integer, json_kind
-
-__all__ = ["ClaimNotInState", "DecodedResource", "Instance", "ResourceEntry", "SplitState",
-           "StateIndex", "canonical_digest", "changed_claims", "check_claims_exist",
-           "index_state", "raw_digest", "split_state"]
-
-#: Bytes of a digest kept (SHA-256, truncated: a collision would make a
-#: changed resource look unchanged, never the reverse).
-DIGEST_SIZE = 16
-
-
-def raw_digest(text: bytes | memoryview | msgspec.Raw) -> bytes:
-    """The digest of a resource's JSON text as stored."""
-    return hashlib.sha256(text).digest()[:DIGEST_SIZE]
-
-
-# -- canonical values ------------------------------------------------------------
-
-#: Beyond this exponent a whole number stays a decimal (an integer of a
-#: million digits is not built for a digest).
-_LARGEST_EXPONENT = 400
-
-
-def _number(text: str) -> int | Decimal:
-    """A number with a fraction or an exponent, by value: a whole number is
-    an integer (C{1.0} is C{1}), others lose their trailing zeros."""
-    sign, digits, exponent = Decimal(text).as_tuple()
-    assert isinstance(exponent, int)  # JSON has no NaN nor infinity
-    kept = list(digits)
-    while len(kept) > 1 and kept[-1] == 0:
-        kept.pop()
-        exponent += 1
-    if not any(kept):
-        return 0
-    if exponent >= 0 and exponent + len(kept) <= _LARGEST_EXPONENT:
-        whole: int = int("".join(map(str, kept))) * pow(10, exponent)
-        return -whole if sign else whole
-    return Decimal((sign, tuple(kept), exponent))
-
-
-_CANONICAL_DECODER = msgspec.json.Decoder(float_hook=_number)
-_CANONICAL_ENCODER = msgspec.json.Encoder(order="sorted", decimal_format="number")
-_JSON_CANONICAL_DECODER = json.JSONDecoder(parse_float=_number)
-
-
-def _decimal_json(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return {"\x00number": str(value)}
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-def decode_canonical(text: bytes | memoryview | msgspec.Raw) -> Any:
-    """Decode JSON text with numbers by value (see L{_number})."""
-    try:
-        return _CANONICAL_DECODER.decode(text)
-    except REFUSALS:
-        return _JSON_CANONICAL_DECODER.decode(bytes(text).decode("utf-8"))
-
-
-def canonical_digest(value: Any) -> bytes:
-    """The digest of a value decoded by L{decode_canonical}: its JSON with
-    keys sorted (text msgspec cannot write, an unpaired surrogate, is
-    written by C{json}: the same value always takes the same path)."""
-    try:
-        text = _CANONICAL_ENCODER.encode(value)
-    except (UnicodeEncodeError, TypeError, ValueError, OverflowError):
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"),
-                          default=_decimal_json).encode()
-    return hashlib.sha256(text).digest()[:DIGEST_SIZE]
-
-
-#: Fields of an instance object Terraform writes only when they are not
-#: their zero value (C{omitempty} in statefile/version4.go, and the fields
-#: later versions added): the zero value and an absent field are the same.
-_ZERO_FIELDS: dict[str, tuple[Any, ...]] = {
-    "index_key": (),
-    "status": ("",),
-    "deposed": ("",),
-    "schema_version": (0,),
-    "attributes_flat": (),
-    "sensitive_attributes": ([],),
-    "identity_schema_version": (0,),
-    "identity": (),
-    "private": ("",),
-    "dependencies": ([],),
-    "create_before_destroy": (False,),
-}
-
-
-def _is_zero(name: str, value: Any) -> bool:
-    if value is None:
-        return True
-    return any(type(value) is type(zero) and value == zero for zero in _ZERO_FIELDS[name])
-
-
-def _canonical_object(instance: dict[str, Any]) -> dict[str, Any]:
-    """An instance object as Terraform reads it: zero-valued fields left
-    out, and no attributes at all the same as empty ones."""
-    canonical = {name: value for name, value in instance.items()
-                 if name not in _ZERO_FIELDS or not _is_zero(name, value)}
-    if canonical.get("attributes") is None and "attributes_flat" not in canonical:
-        canonical["attributes"] = {}
-    return canonical
-
-
-# -- a state's text, split -------------------------------------------------------
-
-
-class _Top(msgspec.Struct, forbid_unknown_fields=True):
-    """The members Terraform writes, each as its text; the C{resources}
-    array as the text of each element."""
-
-    version: msgspec.Raw = msgspec.Raw()
-    terraform_version: msgspec.Raw = msgspec.Raw()
-    serial: msgspec.Raw = msgspec.Raw()
-    lineage: msgspec.Raw = msgspec.Raw()
-    outputs: msgspec.Raw = msgspec.Raw()
-    resources: list[msgspec.Raw] | None = None
-    check_results: msgspec.Raw = msgspec.Raw()
-    encrypted_data: msgspec.Raw = msgspec.Raw()
-    encryption_version: msgspec.Raw = msgspec.Raw()
-    meta: msgspec.Raw = msgspec.Raw()
-
-
-_TOP_DECODER = msgspec.json.Decoder(_Top)
-_MEMBERS = tuple(name for name in _Top.__struct_fields__ if name != "resources")
-
-#: A resource's text: msgspec's view of the bytes, bytes, or a view of them.
-Piece = msgspec.Raw | bytes | memoryview
-
-
-@frozen
-class SplitState:
-    """A state's bytes split: each top-level member's text (members the
-    state has), and each resource's text in the state's order."""
-
-    members: dict[str, bytes]
-    pieces: list[Piece]
-
-    def member(self, name: str) -> Any:
-        """A member decoded (None when absent)."""
-        text = self.members.get(name)
-        return None if text is None else json.loads(text)
-
-    @property
-    def encrypted(self) -> bool:
-        return "encrypted_data" in self.members or "encryption_version" in self.members
-
-
-def split_state(raw: bytes) -> SplitState:
-    """Split C{raw}, a v4 state or an OpenTofu envelope (see the module's
-    docstring).  Nothing below the top level is checked but that the text
-    is JSON.
-
-    @raise InvalidState: C{raw} is not a JSON object.
-    """
-    if not raw or raw.isspace():
-        raise InvalidState("the body is empty; send the state as JSON")
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raise InvalidState("the body starts with a byte order mark; send plain UTF-8 JSON")
-    try:
-        top = _TOP_DECODER.decode(raw)
-    except REFUSALS:
-        return _split_slowly(raw)
-    members = {name: bytes(text) for name in _MEMBERS
-               if len(text := getattr(top, name))}
-    return SplitState(members, list(top.resources or ()))
-
-
-def _split_slowly(raw: bytes) -> SplitState:
-    """L{split_state} by L{scan_state}: anything C{json} reads."""
-    pieces: list[Piece] = []
-
-    def visit(index: int, resource: Any, text_of: Callable[[], str]) -> None:
-        pieces.append(text_of().encode("utf-8"))
-
-    try:
-        found: dict[str, Member] = scan_state(raw, visit)
-    except EncryptedState:
-        found = {}
-        for name, member in _envelope_members(raw).items():
-            found[name] = member
-    return SplitState({name: member.text.encode("utf-8") for name, member in found.items()},
-                      pieces)
-
-
-def _envelope_members(raw: bytes) -> dict[str, Member]:
-    try:
-        document = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise InvalidState("the body is not valid JSON") from None
-    if not isinstance(document, dict):
-        raise InvalidState("the body must be a JSON object")
-    return {name: Member(value, json.dumps(value)) for name, value in document.items()}
-
-
-_WHITESPACE = rb"[ \t\n\r]*"
-_OPENING = re.compile(_WHITESPACE + rb"\{")
-_MEMBER_NAME = re.compile(_WHITESPACE + rb'(,' + _WHITESPACE + rb')?"([a-z_]+)"'
-                          + _WHITESPACE + rb":" + _WHITESPACE)
-_FIRST_ELEMENT = re.compile(rb"\[" + _WHITESPACE)
-_SEPARATOR = re.compile(_WHITESPACE + rb"," + _WHITESPACE)
-_CLOSING = re.compile(_WHITESPACE + rb"\]")
-
-
-def resource_offsets(raw: bytes, split: SplitState) -> list[int] | None:
-    """Where each resource's text starts in C{raw} (split by
-    L{split_state}), or None when the top level is not plain enough to
-    tell without reading the text again (a member name with an escape, a
-    member repeated).  msgspec checked the text is JSON, and gave the
-    length of every member and resource: only the whitespace and commas
-    between them are read here."""
-    opening = _OPENING.match(raw)
-    if opening is None:
-        return None
-    position = opening.end()
-    seen: set[str] = set()
-    while True:
-        match = _MEMBER_NAME.match(raw, position)
-        if match is None or (match.group(1) is None) != (not seen):
-            return None
-        name = match.group(2).decode()
-        if name in seen or (name != "resources" and name not in split.members):
-            return None
-        seen.add(name)
-        position = match.end()
-        if name == "resources":
-            break
-        position += len(split.members[name])
-    first = _FIRST_ELEMENT.match(raw, position)
-    if first is None:
-        return None
-    position = first.end()
-    offsets: list[int] = []
-    for index, piece in enumerate(split.pieces):
-        if index:
-            separator = _SEPARATOR.match(raw, position)
-            if separator is None:
-                return None
-            position = separator.end()
-        offsets.append(position)
-        position += len(piece)
-    if _CLOSING.match(raw, position) is None:
-        return None
-    return offsets
-
-
-# -- resources decoded -----------------------------------------------------------
-
-
-@frozen
-class Instance:
-    """One instance object of a decoded resource."""
-
-    key: Key
-    deposed: str
-    digest: bytes
-    #: Its C{dependencies} (configuration addresses).
-    dependencies: tuple[str, ...]
-    #: Its JSON text as the resource holds it.
-    text: bytes
-
-
-@frozen
-class DecodedResource:
-    """A resource read from its text."""
-
-    id: ResourceId
-    provider: str
-    each: str
-    header: bytes
-    instances: tuple[Instance, ...]
-    raw: bytes
-
-    def entry(self) -> ResourceEntry:
-        return ResourceEntry(self.raw, self.header, tuple(
-            (instance.key, instance.deposed, instance.digest) for instance in self.instances))
-
-
-class _Shape(msgspec.Struct):
-    """A resource with each instance's text."""
-
-    mode: Any = None
-    type: Any = None
-    name: Any = None
-    module: Any = None
-    each: Any = None
-    provider: Any = None
-    instances: list[msgspec.Raw] | None = None
-
-
-class _Header(msgspec.Struct):
-    mode: Any = None
-    type: Any = None
-    name: Any = None
-    module: Any = None
-
-
-_SHAPE_DECODER = msgspec.json.Decoder(_Shape)
-_HEADER_DECODER = msgspec.json.Decoder(_Header)
-
-
-def _instance_texts(text: str) -> list[str]:
-    """The text of each element of the (last) C{instances} array of a
-    resource's JSON text."""
-    decoder = json.JSONDecoder()
-    position = skip_json_whitespace(text, 0) + 1
-    found: list[str] = []
-    while True:
-        position = skip_json_whitespace(text, position)
-        if text[position] == "}":
-            return found
-        name, position = decoder.raw_decode(text, position)
-        position = skip_json_whitespace(text, skip_json_whitespace(text, position) + 1)
-        if name == "instances" and text[position] == "[":
-            found = []
-            position = skip_json_whitespace(text, position + 1)
-            while text[position] != "]":
-                _, end = decoder.raw_decode(text, position)
-                found.append(text[position:end])
-                position = skip_json_whitespace(text, end)
-                if text[position] == ",":
-                    position = skip_json_whitespace(text, position + 1)
-            position += 1
-        else:
-            _, position = decoder.raw_decode(text, position)
-        position = skip_json_whitespace(text, position)
-        if text[position] == ",":
-            position += 1
-
-
-class ResourceReader:
-    """Reads resources' texts, remembering the module paths it has parsed
-    (a state has few).  @param where: how errors name the state
-    (C{"resources"}: the body's resources array)."""
-
-    def __init__(self, where: str = "resources") -> None:
-        self.where = where
-        self._modules: dict[str, str] = {}
-
-    def module(self, text: Any, position: int) -> str:
-        """A state's C{module} field as Terraform spells it."""
-        if text is None or text == "":
-            return ""
-        if not isinstance(text, str):
-            raise InvalidState(f"{self.where}[{position}].module must be a string")
-        known = self._modules.get(text)
-        if known is None:
-            try:
-                known = format_module(parse_module_path(text))
-            except InvalidAddress:
-                raise InvalidState(f"{self.where}[{position}].module is not a module path"
-                                   ) from None
-            self._modules[text] = known
-        return known
-
-    def _id(self, shape: _Shape | _Header, position: int) -> ResourceId:
-        if shape.mode not in ("managed", "data"):
-            raise InvalidState(f'{self.where}[{position}].mode must be "managed" or "data"')
-        for name in ("type", "name"):
-            if not isinstance(getattr(shape, name), str):
-                raise InvalidState(f"{self.where}[{position}] has no string {name}")
-        return (self.module(shape.module, position), shape.mode, shape.type, shape.name)
-
-    def header(self, piece: Piece, position: int) -> ResourceId:
-        """The resource a text is (module, mode, type, name)."""
-        try:
-            shape = _HEADER_DECODER.decode(piece)
-        except REFUSALS:
-            document = self._decoded(piece, position)
-            if not isinstance(document, dict):
-                raise InvalidState(f"{self.where}[{position}] must be a JSON object") from None
-            shape = _Header(document.get("mode"), document.get("type"), document.get("name"),
-                            document.get("module"))
-        return self._id(shape, position)
-
-    def read(self, piece: Piece, position: int, digest: bytes | None = None) -> DecodedResource:
-        """A resource's text decoded (C{digest}: its raw digest, if known)."""
-        try:
-            shape = _SHAPE_DECODER.decode(piece)
-        except REFUSALS:
-            shape = self._shape_slowly(piece, position)
-        resource = self._id(shape, position)
-        for name in ("provider", "each"):
-            if getattr(shape, name) is not None and not isinstance(getattr(shape, name), str):
-                raise InvalidState(f"{self.where}[{position}].{name} must be a string")
-        provider, each = shape.provider or "", shape.each or ""
-        instances: list[Instance] = []
-        seen: set[tuple[Key, str]] = set()
-        for index, text in enumerate(shape.instances or ()):
-            instance = self._instance(bytes(text), position, index)
-            if (instance.key, instance.deposed) in seen:
-                raise InvalidState(f"{self.where}[{position}].instances[{index}] repeats an"
-                                   " instance object")
-            seen.add((instance.key, instance.deposed))
-            instances.append(instance)
-        return DecodedResource(
-            resource, provider, each, canonical_digest({"provider": provider, "each": each}),
-            tuple(instances), digest if digest is not None else raw_digest(piece))
-
-    def _decoded(self, piece: Piece, position: int) -> Any:
-        """A resource's text decoded by C{json} (what msgspec refused).
-
-        @raise InvalidState: it is not JSON C{json} reads either.
-        """
-        try:
-            return json.loads(bytes(piece).decode("utf-8"))
-        except UnicodeDecodeError:
-            raise InvalidState("the state is not valid UTF-8") from None
-        except (ValueError, RecursionError):
-            raise InvalidState(f"{self.where}[{position}] is not valid JSON") from None
-
-    def _shape_slowly(self, piece: Piece, position: int) -> _Shape:
-        """A text msgspec refused, split by C{json} (which must accept it):
-        each instance's text is cut from the resource's, as stored."""
-        text = bytes(piece).decode("utf-8", "replace")
-        document = self._decoded(piece, position)
-        if not isinstance(document, dict):
-            raise InvalidState(f"{self.where}[{position}] must be a JSON object")
-        instances = document.get("instances")
-        if instances is not None and not isinstance(instances, list):
-            raise InvalidState(f"{self.where}[{position}].instances must be a list")
-        return _Shape(document.get("mode"), document.get("type"), document.get("name"),
-                      document.get("module"), document.get("each"), document.get("provider"),
-                      [msgspec.Raw(element.encode("utf-8"))
-                       for element in _instance_texts(text)] if instances else None)
-
-    def _instance(self, text: bytes, position: int, index: int) -> Instance:
-        where = f"{self.where}[{position}].instances[{index}]"
-        document = decode_canonical(text)
-        if not isinstance(document, dict):
-            raise InvalidState(f"{where} must be a JSON object, not {json_kind(document)}")
-        key = document.get("index_key")
-        if key is not None and not isinstance(key, str) and not is_json_integer(key):
-            raise InvalidState(f"{where}.index_key must be an integer or a string")
-        deposed = document.get("deposed") or ""
-        if not isinstance(deposed, str):
-            raise InvalidState(f"{where}.deposed must be a string")
-        dependencies = document.get("dependencies") or []
-        if not isinstance(dependencies, list) or not all(
-                isinstance(entry, str) for entry in dependencies):
-            raise InvalidState(f"{where}.dependencies must be a list of strings")
-        return Instance(key, deposed, canonical_digest(_canonical_object(document)),
-                        tuple(dependencies), text)
-
-
-# -- the index -------------------------------------------------------------------
-
-
-class ResourceEntry(msgspec.Struct, frozen=True, array_like=True, gc=False):
-    """What an index keeps of one resource.  (It holds bytes and tuples of
-    scalars, never a cycle: the garbage collector need not track it, and
-    loading the index of a large state takes half the time.)"""
-
-    #: L{raw_digest} of its text.
-    raw: bytes
-    #: The digest of its metadata.
-    header: bytes
-    #: (index key, deposed key or C{""}, canonical digest) of each object.
-    objects: tuple[tuple[Key, str, bytes], ...]
-
-    def units(self) -> dict[Key, dict[str, bytes]]:
-        """Its objects by instance key, then deposed key."""
-        units: dict[Key, dict[str, bytes]] = {}
-        for key, deposed, digest in self.objects:
-            units.setdefault(key, {})[deposed] = digest
-        return units
-
-    def same_as(self, other: ResourceEntry | None) -> bool:
-        """Whether C{other} is the same resource, object for object."""
-        if other is None:
-            return False
-        if self.raw == other.raw:
-            return True
-        return self.header == other.header and set(self.objects) == set(other.objects)
+from kilolock.reservations.resources import ResourceEntry, ResourceReader, objects_by_unit
+from kilolock.reservations.text import read_top, resource_offsets, split_state
+from kilolock.tfstate.address import Key, format_module, parse_module_path
+
+__all__ = ["ClaimNotInState", "StateIndex", "changed_claims", "check_claims_exist",
+           "index_state"]
 
 
 class _Stored(msgspec.Struct, array_like=True, gc=False):
@@ -633,25 +149,6 @@ class StateIndex:
                    stored.resources, stored.entries, stored.offsets, stored.lengths,
                    stored.size,
                    stored.outputs, stored.check_results)
-
-
-def read_top(split: SplitState) -> tuple[str, int, str | None]:
-    """The lineage, serial and Terraform version of a split v4 state.
-
-    @raise EncryptedState: it is an OpenTofu encrypted envelope.
-    @raise InvalidState: it is not a v4 state.
-    """
-    if split.encrypted:
-        raise EncryptedState("this version is an OpenTofu encrypted state: the server cannot"
-                             " read its resources")
-    version = split.member("version")
-    if not is_json_integer(version) or version != SUPPORTED_VERSION:
-        raise InvalidState("the bytes are not a Terraform state version 4")
-    serial, lineage = split.member("serial"), split.member("lineage")
-    if not is_json_integer(serial) or serial < 0 or not isinstance(lineage, str):
-        raise InvalidState("the state has no integer serial and string lineage")
-    terraform_version = split.member("terraform_version")
-    return lineage, serial, terraform_version if isinstance(terraform_version, str) else None
 
 
 def index_state(raw: bytes, previous: StateIndex | None = None) -> StateIndex:
@@ -773,16 +270,6 @@ def _parent_module(module: str) -> str:
     """The module path one step up (C{""} from a first-level module)."""
     steps = parse_module_path(module)
     return format_module(steps[:-1])
-
-
-def objects_by_unit(entry: ResourceEntry | None) -> dict[Key, frozenset[tuple[str, bytes]]]:
-    """The units of a resource entry: each instance key's objects."""
-    if entry is None:
-        return {}
-    units: dict[Key, set[tuple[str, bytes]]] = {}
-    for key, deposed, digest in entry.objects:
-        units.setdefault(key, set()).add((deposed, digest))
-    return {key: frozenset(objects) for key, objects in units.items()}
 
 
 def changed_claims(sets: ReservationSets, base: StateIndex, main: StateIndex

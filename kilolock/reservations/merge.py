@@ -33,52 +33,34 @@ lineage.  When theirs brings nothing main does not have (a replay of the
 same state, a state that changed nothing) there is no new version
 (L{Unchanged}).
 
-What is read, for a state of N resources of which theirs changes a few:
-theirs once, split into each resource's text by msgspec (the only pass
-over all of it); main not at all when its index has where each resource
-starts (L{Merged.index} has, for the next merge); each of theirs' resources
-compared byte for byte with main's; only resources whose text differs from
-main's decoded, on both sides, and compared object by object with the
-base's digests (L{kilolock.reservations.index}).  The merged version is
-main's text with those resources replaced (L{kilolock.reservations.render}),
-the rest of it copied byte for byte, and it is checked to split into the
-resources it was built from before it is returned.
+What is read: theirs once, split into its resources' texts (the only pass
+over all of it); main not at all when its index says where each resource
+starts (L{Merged.index} does, for the next merge); theirs' texts compared
+with main's where they lie (L{kilolock.reservations.pairing}); only the
+resources whose texts differ decoded and compared object by object with
+the base's digests (L{kilolock.reservations.index}).  The merged version is
+main's text with those resources spliced in (L{kilolock.reservations.splice}).
 """
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
-import operator
 from collections.abc import Mapping
-from typing import Any
 
-from attrs import define, field, frozen
+from attrs import define
 
-from kilolock.core.errors import Conflict, EncryptedState, InvalidState
-from kilolock.core.model import DependencyRow, OutputRow, ParsedState, Projection, ResourceRow
-from kilolock.core.text import check_depth, clean_text
+from kilolock.core.errors import EncryptedState, InvalidState
+from kilolock.core.model import DependencyRow, ResourceRow
+from kilolock.core.text import check_depth
+from kilolock.reservations.canonical import raw_digest
 from kilolock.reservations.derived import (
     check_results_valid,
     higher_version,
     merge_check_results,
     merge_outputs,
 )
-from kilolock.reservations.index import (
-    DecodedResource,
-    Instance,
-    Piece,
-    ResourceEntry,
-    ResourceReader,
-    SplitState,
-    StateIndex,
-    index_state,
-    objects_by_unit,
-    raw_digest,
-    read_top,
-    split_state,
-)
+from kilolock.reservations.index import StateIndex
 from kilolock.reservations.model import (
     AddressSet,
     ReservationSets,
@@ -86,14 +68,28 @@ from kilolock.reservations.model import (
     instance_address,
     resource_address,
 )
-from kilolock.reservations.render import (
-    FIRST_RESOURCE,
-    NEXT_RESOURCE,
-    instance_order,
-    render_resource,
-    state_head,
-    state_tail,
+from kilolock.reservations.outcome import (
+    InstanceChange,
+    Merged,
+    MergeOutcome,
+    MergePolicy,
+    ProjectionDelta,
+    Refusal,
+    RefusalRule,
+    Refused,
+    Unchanged,
 )
+from kilolock.reservations.pairing import MainText, Pairing, pair
+from kilolock.reservations.render import instance_order, render_resource
+from kilolock.reservations.resources import (
+    DecodedResource,
+    Instance,
+    ResourceEntry,
+    ResourceReader,
+    objects_by_unit,
+)
+from kilolock.reservations.splice import splice
+from kilolock.reservations.text import SplitState, read_top, split_state
 from kilolock.tfstate.address import (
     InvalidAddress,
     Key,
@@ -105,220 +101,7 @@ from kilolock.tfstate.address import (
 from kilolock.tfstate.parse import JSON_DECODER, parse_state
 from kilolock.tfstate.projection import project_resource, project_state
 
-__all__ = ["InstanceChange", "MergeFailed", "MergePolicy", "MergeRefused", "Merged",
-           "ProjectionDelta", "Refusal", "RefusalRule", "Refused", "Unchanged",
-           "merge_view_post"]
-
-
-class MergePolicy(enum.StrEnum):
-    """What a change outside the write set does."""
-
-    #: It refuses the merge.
-    STRICT = "strict"
-    #: It is taken when no other reservation claims it and main has not
-    #: changed it since the view's base; otherwise it refuses the merge.
-    AUTO_WIDEN = "auto-widen"
-
-
-class RefusalRule(enum.StrEnum):
-    """Why a merge was refused."""
-
-    #: An instance (or a resource's metadata) changed outside the write set.
-    OUTSIDE_RESERVATION = "outside_reservation"
-    #: Main changed an instance the view changed, since the view's base.
-    CHANGED_IN_MAIN = "changed_in_main"
-    #: An object the view writes depends on a resource main changed since
-    #: the view's base.
-    STALE_READ = "stale_read"
-    #: The state sent is not of this state's lineage.
-    LINEAGE_MISMATCH = "lineage_mismatch"
-    #: The state sent, or the current version, is an OpenTofu encrypted
-    #: state: Kilolock cannot read it.
-    ENCRYPTED_STATE = "encrypted_state"
-    #: The current version is not a state Kilolock can merge into.
-    UNREADABLE_STATE = "unreadable_state"
-
-
-@frozen
-class Refusal:
-    """One reason a merge was refused, in words a user can act on.
-
-    @ivar address: the instance or resource at fault (None: the state).
-    @ivar holders: for a change outside the reservation, the reservations
-        that claim it.
-    @ivar dependency: for a stale read, the dependency main changed.
-    """
-
-    rule: RefusalRule
-    reason: str
-    address: str | None = None
-    holders: tuple[str, ...] = ()
-    dependency: str | None = None
-
-
-class MergeRefused(Conflict):
-    """(409) A view's state was not merged (the reasons are stored with the
-    reservation, for C{kl} to show: Terraform shows only the status)."""
-
-    code = "merge_refused"
-
-    def __init__(self, refused: Refused) -> None:
-        super().__init__(refused.reason)
-        self.refused = refused
-
-    def details(self) -> dict[str, Any]:
-        return {"rules": sorted({refusal.rule.value for refusal in self.refused.refusals}),
-                "addresses": list(self.refused.addresses)}
-
-
-#: How many reasons a refusal's message spells out.
-_SHOWN = 5
-
-
-@frozen
-class Refused:
-    """The merge is refused: nothing changes, the view's base stays."""
-
-    refusals: tuple[Refusal, ...]
-
-    @property
-    def reason(self) -> str:
-        """Every refusal's reason (the first few), as one message."""
-        shown = "; ".join(refusal.reason for refusal in self.refusals[:_SHOWN])
-        more = len(self.refusals) - _SHOWN
-        return shown + (f" (and {more} more)" if more > 0 else "")
-
-    @property
-    def addresses(self) -> tuple[str, ...]:
-        """The addresses at fault, each once."""
-        return tuple(dict.fromkeys(refusal.address for refusal in self.refusals
-                                   if refusal.address is not None))
-
-    def error(self) -> MergeRefused:
-        """The error to answer (409) once the refusal is recorded."""
-        return MergeRefused(self)
-
-
-@frozen
-class InstanceChange:
-    """An instance the merged version has differently from main's.
-
-    @ivar action: C{create}, C{update} or C{delete} (of the instance, its
-        deposed objects included).
-    """
-
-    address: str
-    action: str
-    auto_widened: bool = False
-
-
-@frozen
-class ProjectionDelta:
-    """The merged version's projection, as changes to main's: the rows of
-    each resource that changed (none: it was removed), and the outputs'
-    rows.  L{apply} makes the whole projection from main's."""
-
-    resources: Mapping[ResourceId, tuple[ResourceRow, ...]]
-    dependencies: Mapping[ResourceId, tuple[DependencyRow, ...]]
-    outputs: tuple[OutputRow, ...]
-
-    def apply(self, main: Projection) -> Projection:
-        """The merged version's projection, from main's (in the state's
-        order, the order L{kilolock.tfstate.projection} gives)."""
-        reader = ResourceReader()
-        resource_of: dict[str, ResourceId] = {}
-        groups: list[tuple[ResourceId, list[ResourceRow]]] = []
-        for row in main.resources:
-            resource = (reader.module(row.module, 0), row.mode, row.type, row.name)
-            resource_of[row.address] = resource
-            if not groups or groups[-1][0] != resource:
-                groups.append((resource, []))
-            groups[-1][1].append(row)
-        dependencies: dict[ResourceId, list[DependencyRow]] = {}
-        for dependency in main.dependencies:
-            dependencies.setdefault(resource_of[dependency.address], []).append(dependency)
-        present = {group for group, _ in groups}
-        added = sorted(resource for resource in self.resources if resource not in present)
-        rows: list[ResourceRow] = []
-        depends: list[DependencyRow] = []
-
-        def emit(resource: ResourceId) -> None:
-            rows.extend(self.resources[resource])
-            depends.extend(self.dependencies.get(resource, ()))
-
-        waiting = list(reversed(added))
-        for resource, own in groups:
-            while waiting and waiting[-1] < resource:
-                emit(waiting.pop())
-            if resource in self.resources:
-                emit(resource)
-            else:
-                rows.extend(own)
-                depends.extend(dependencies.get(resource, ()))
-        for new in reversed(waiting):
-            emit(new)
-        return Projection(resources=tuple(rows), dependencies=tuple(depends),
-                          outputs=self.outputs)
-
-
-@frozen
-class Merged:
-    """The merged version, for the store to write as the state's next
-    version.
-
-    @ivar raw: its bytes (written by the server: main's resources byte for
-        byte, the view's changed ones as the view sent them).
-    @ivar sha256: their SHA-256 (hex).
-    @ivar changes: each instance it has differently from main's.
-    @ivar auto_widened: the addresses taken outside the write set (the
-        C{AUTO_WIDEN} policy).
-    @ivar stale_outputs: outputs both changed, main's value kept.
-    @ivar merged_outputs: outputs both changed, merged by key.
-    @ivar index: the merged version's index (pass it as C{main_index} to
-        the next merge into it).
-    @ivar view_base: the index of the view's state: the view's next base.
-    @ivar projection: the merged version's projection as changes to main's.
-    """
-
-    raw: bytes = field(repr=lambda raw: f"<{len(raw)} bytes>")
-    sha256: str
-    serial: int
-    lineage: str
-    terraform_version: str | None
-    changes: tuple[InstanceChange, ...]
-    auto_widened: tuple[str, ...]
-    stale_outputs: tuple[str, ...]
-    merged_outputs: tuple[str, ...]
-    index: StateIndex
-    view_base: StateIndex
-    projection: ProjectionDelta
-
-    def parsed(self, main: Projection) -> ParsedState:
-        """What a store writes a version with (as L{parse_state} would have
-        read it), from the projection of main (the version merged into)."""
-        return ParsedState(serial=self.serial, lineage=self.lineage,
-                           projection=self.projection.apply(main),
-                           terraform_version=None if self.terraform_version is None
-                           else clean_text(self.terraform_version))
-
-
-@frozen
-class Unchanged:
-    """The view's state brings nothing main does not have: no new version.
-    The view's base advances to it (C{view_base})."""
-
-    view_base: StateIndex
-
-
-MergeOutcome = Merged | Unchanged | Refused
-
-
-class MergeFailed(RuntimeError):
-    """The merged text did not read back as the state it was built as (a
-    fault of the merge, never of its input: nothing may be stored)."""
-
-
-# -- the merge -------------------------------------------------------------------
+__all__ = ["merge_view_post"]
 
 
 def merge_view_post(theirs: bytes, main: bytes, base: StateIndex, *, write: AddressSet,
@@ -348,7 +131,7 @@ def merge_view_post(theirs: bytes, main: bytes, base: StateIndex, *, write: Addr
     _check_top(split)
     lineage, serial, terraform_version = read_top(split)
     try:
-        main_text = _MainText(main, main_index, base)
+        main_text = MainText(main, main_index, base)
     except EncryptedState:
         return Refused((Refusal(RefusalRule.ENCRYPTED_STATE, _ENCRYPTED_MAIN),))
     except InvalidState as error:
@@ -362,8 +145,7 @@ def merge_view_post(theirs: bytes, main: bytes, base: StateIndex, *, write: Addr
             f"the view was sent a state of lineage {lineage}, this state's is"
             f" {main_ix.lineage}: a state of another lineage is never merged"),))
     merge = _Merge(split, main_text, base, write, others or {}, policy)
-    merge.pair()
-    merge.resolve()
+    merge.resolve(pair(split, main_text, merge.reader))
     merge.check_stale_reads()
     if merge.refusals:
         return Refused(tuple(merge.refusals))
@@ -375,8 +157,8 @@ def merge_view_post(theirs: bytes, main: bytes, base: StateIndex, *, write: Addr
     if not merge.changes and not outputs.changed and not checks.changed:
         return Unchanged(view_base)
     version = higher_version(main_ix.terraform_version, terraform_version)
-    raw, index = merge.assemble(version, main_ix.serial + 1, main_ix.lineage, outputs.text,
-                                checks.text)
+    raw, index = splice(main_text, merge.results(), version, main_ix.serial + 1,
+                        main_ix.lineage, outputs.text, checks.text)
     return Merged(
         raw=raw, sha256=hashlib.sha256(raw).hexdigest(), serial=main_ix.serial + 1,
         lineage=main_ix.lineage, terraform_version=version, changes=tuple(merge.changes),
@@ -407,79 +189,6 @@ def _check_top(split: SplitState) -> None:
     check_results_valid(split.members.get("check_results", b"null"))
 
 
-class _MainText:
-    """Main's bytes with its index (made when not given, or not of these
-    bytes)."""
-
-    def __init__(self, raw: bytes, index: StateIndex | None, base: StateIndex) -> None:
-        if index is None or index.size != len(raw) or not _starts_agree(raw, index):
-            index = index_state(raw, base)
-        self.raw = raw
-        self.index = index
-        self._view = memoryview(raw)
-        self._pieces: list[Piece] | None = None
-        if index.offsets is None:
-            self._pieces = split_state(raw).pieces
-
-    def piece(self, position: int) -> Piece:
-        if self._pieces is not None:
-            return self._pieces[position]
-        assert self.index.offsets is not None
-        start = self.index.offsets[position]
-        return self._view[start:start + self.index.lengths[position]]
-
-    def equal_run(self, position: int, texts: list[Piece]) -> int:
-        """How many of C{texts} are, from the first, the texts of main's
-        resources from C{position} on.  (A text that starts where main's
-        resource starts is that resource: no JSON object's text begins
-        with another's.)"""
-        if self._pieces is not None:
-            same = list(map(operator.eq, texts, self._pieces[position:position + len(texts)]))
-        else:
-            assert self.index.offsets is not None
-            same = list(map(self.raw.startswith, map(bytes, texts),
-                            self.index.offsets[position:position + len(texts)]))
-        try:
-            return same.index(False)
-        except ValueError:
-            return len(same)
-
-    def run(self, start: int, stop: int) -> list[Piece]:
-        """The text of resources C{start} to C{stop} (excluded), with what
-        separates them in main: one slice when main's offsets are known."""
-        if self._pieces is not None:
-            return list(self._pieces[start:stop])
-        offsets, lengths = self.index.offsets, self.index.lengths
-        assert offsets is not None
-        return [self._view[offsets[start]:offsets[stop - 1] + lengths[stop - 1]]]
-
-
-def _starts_agree(raw: bytes, index: StateIndex) -> bool:
-    """A cheap check that an index given is of these bytes (the store
-    keeps an index with its version): resource texts it places start and
-    end as an object does (every 64th, the first and the last)."""
-    if index.offsets is None:
-        return True
-    count = len(index.offsets)
-    sample = {*range(0, count, 64), count - 1} if count else set()
-    return all(raw[index.offsets[at]] == 0x7B
-               and raw[index.offsets[at] + index.lengths[at] - 1] == 0x7D for at in sample)
-
-
-#: How many resources' texts are compared at once.
-_BLOCK = 256
-
-#: Where a resource of the merged version comes from: a run of main's
-#: resources (from, to), or a text with its index entry.
-_Run = tuple[int, int]
-_Item = _Run | tuple[bytes, ResourceEntry]
-
-
-def _known(new: tuple[bytes, ResourceEntry] | None) -> tuple[bytes, ResourceEntry]:
-    assert new is not None
-    return new
-
-
 @define
 class _Resolved:
     """What the merge decided for one resource it had to look at."""
@@ -503,7 +212,7 @@ class _Resolved:
 
 
 class _Merge:
-    def __init__(self, split: SplitState, main: _MainText, base: StateIndex,
+    def __init__(self, split: SplitState, main: MainText, base: StateIndex,
                  write: AddressSet, others: Mapping[str, ReservationSets],
                  policy: MergePolicy) -> None:
         self.split = split
@@ -516,98 +225,12 @@ class _Merge:
         self.refusals: list[Refusal] = []
         self.changes: list[InstanceChange] = []
         self.auto_widened: list[str] = []
-        #: theirs' position -> main's position, for texts that are equal
-        #: (-1: not equal to any).
-        self.equal: list[int] = []
-        #: Resources whose texts differ: (theirs' position, main's position).
-        self.touched: dict[ResourceId, tuple[int | None, int | None]] = {}
+        self.pairing = Pairing([])
         self.theirs_decoded: dict[int, DecodedResource] = {}
         self.theirs_rows: dict[int, tuple[list[ResourceRow], list[DependencyRow]]] = {}
         self.resolved: dict[ResourceId, _Resolved] = {}
-        self.theirs_ordered = False
         self._main_decoded: dict[int, DecodedResource] = {}
         self._dependencies: dict[str, Target | None] = {}
-
-    # -- pairing theirs' resources with main's
-
-    def pair(self) -> None:
-        """Pair each of theirs' resources with main's.  Terraform sorts a
-        state's resources, so both lists are in one order and mostly line
-        up: runs of texts are compared where they do (in blocks, without a
-        step of Python per resource), and where a text differs the two
-        resources' addresses decide which side has one the other lacks.
-        States whose resources are not in Terraform's order are paired by
-        address instead."""
-        pieces = self.split.pieces
-        ids = self.main.index.resources
-        equal = self.equal = [-1] * len(pieces)
-        headers: dict[int, ResourceId] = {}
-        i = j = 0
-        while i < len(pieces) and j < len(ids):
-            same = self.main.equal_run(j, pieces[i:i + _BLOCK])
-            equal[i:i + same] = range(j, j + same)
-            i, j = i + same, j + same
-            if same == _BLOCK or i == len(pieces) or j == len(ids):
-                continue
-            resource = headers[i] = self.reader.header(pieces[i], i)
-            if resource == ids[j]:
-                self.touched[resource] = (i, j)
-                i, j = i + 1, j + 1
-            elif resource < ids[j]:
-                self.touched[resource] = (i, None)
-                i += 1
-            else:
-                self.touched[ids[j]] = (None, j)
-                j += 1
-        for rest in range(i, len(pieces)):
-            resource = headers[rest] = self.reader.header(pieces[rest], rest)
-            self.touched[resource] = (rest, None)
-        for rest in range(j, len(ids)):
-            self.touched[ids[rest]] = (None, rest)
-        self.theirs_ordered = self.main.index.ordered and self._theirs_ordered(headers)
-        if not self.theirs_ordered:
-            self._pair_by_address()
-
-    def _theirs_ordered(self, headers: dict[int, ResourceId]) -> bool:
-        """Whether theirs' resources are in Terraform's order, each once
-        (those equal to main's follow main's order: only the others are
-        looked at, with their neighbours)."""
-        ids = self.main.index.resources
-
-        def at(position: int) -> ResourceId:
-            j = self.equal[position]
-            return ids[j] if j >= 0 else headers[position]
-
-        last = len(self.equal) - 1
-        for position in headers:
-            if position > 0 and not at(position - 1) < at(position):
-                return False
-            if position < last and not at(position) < at(position + 1):
-                return False
-        return True
-
-    def _pair_by_address(self) -> None:
-        """Pairing for states whose resources are not in Terraform's order."""
-        self.equal = [-1] * len(self.split.pieces)
-        self.touched.clear()
-        ids = self.main.index.resources
-        main_positions = {resource: position for position, resource in enumerate(ids)}
-        seen: set[ResourceId] = set()
-        for i, piece in enumerate(self.split.pieces):
-            resource = self.reader.header(piece, i)
-            if resource in seen:
-                raise InvalidState(f"resources[{i}] repeats a resource listed before it")
-            seen.add(resource)
-            j = main_positions.get(resource)
-            if j is not None and self.main.equal_run(j, [piece]):
-                self.equal[i] = j
-            else:
-                self.touched[resource] = (i, j)
-        for resource, j in main_positions.items():
-            if resource not in seen:
-                self.touched[resource] = (None, j)
-
-    # -- deciding each resource whose texts differ
 
     def _theirs(self, position: int) -> DecodedResource:
         """Theirs' resource at C{position}, checked as any state's resource
@@ -653,8 +276,10 @@ class _Merge:
                 self.main.piece(position), position)
         return decoded
 
-    def resolve(self) -> None:
-        for resource, (i, j) in self.touched.items():
+    def resolve(self, pairing: Pairing) -> None:
+        """Decide each resource whose texts differ (or one side lacks)."""
+        self.pairing = pairing
+        for resource, (i, j) in pairing.touched.items():
             self.resolved[resource] = self._resolve(resource, i, j)
 
     def _resolve(self, resource: ResourceId, i: int | None, j: int | None) -> _Resolved:
@@ -662,7 +287,7 @@ class _Merge:
         main_entry = self.main.index.entries[j] if j is not None else None
         base_entry = self.base.entry(resource)
         data = resource[1] == "data"
-        theirs_units = _units(theirs)
+        theirs_units = theirs.units() if theirs is not None else {}
         base_units = objects_by_unit(base_entry)
         main_units = objects_by_unit(main_entry)
         units: dict[Key, str] = {}
@@ -802,16 +427,17 @@ class _Merge:
         """The index of theirs (its resources equal to main's take main's
         digests; the others were decoded)."""
         main_index = self.main.index
-        decoded = {i: self._theirs(i) for i, j in enumerate(self.equal) if j < 0}
+        equal = self.pairing.equal
+        decoded = {i: self._theirs(i) for i, j in enumerate(equal) if j < 0}
         resources = [main_index.resources[j] if j >= 0 else decoded[i].id
-                     for i, j in enumerate(self.equal)]
+                     for i, j in enumerate(equal)]
         entries = [main_index.entries[j] if j >= 0 else decoded[i].entry()
-                   for i, j in enumerate(self.equal)]
+                   for i, j in enumerate(equal)]
         return StateIndex(lineage, serial, terraform_version, resources, entries, None,
                           [len(piece) for piece in self.split.pieces], size,
                           self.split.members.get("outputs", b"{}"),
                           self.split.members.get("check_results", b"null"),
-                          ordered=True if self.theirs_ordered else None)
+                          ordered=True if self.pairing.theirs_ordered else None)
 
     # -- the merged version
 
@@ -825,7 +451,7 @@ class _Merge:
                 and set(resolved.units) == {instance.key for instance in theirs.instances} \
                 and (resolved.header_from_theirs or resolved.main_position is None
                      or theirs.header == self.main.index.entries[resolved.main_position].header):
-            i = self.touched[resolved.resource][0]
+            i = self.pairing.touched[resolved.resource][0]
             assert i is not None
             return bytes(self.split.pieces[i]), theirs.entry()
         main = (self._main_resource(resolved.main_position)
@@ -844,110 +470,14 @@ class _Merge:
             (instance.key, instance.deposed, instance.digest) for instance in instances))
         return text, entry
 
-    def assemble(self, terraform_version: str | None, serial: int, lineage: str,
-                 outputs: bytes, check_results: bytes) -> tuple[bytes, StateIndex]:
-        """The merged version's bytes, and their index: main's resources in
-        main's order, runs of unchanged ones as one slice, the ones theirs
-        added at their place in Terraform's order."""
-        ids = self.main.index.resources
-        replaced: dict[ResourceId, tuple[bytes, ResourceEntry] | None] = {}
+    def results(self) -> dict[ResourceId, tuple[bytes, ResourceEntry] | None]:
+        """The text and index entry of each resource the merge changed
+        (None: dropped, no instance left)."""
+        results: dict[ResourceId, tuple[bytes, ResourceEntry] | None] = {}
         for resource, resolved in self.resolved.items():
             if resolved.changed:
-                replaced[resource] = resolved.result = self._text(resolved)
-        added = sorted(resource for resource, new in replaced.items()
-                       if new is not None and self.touched[resource][1] is None)
-        in_order = self.main.index.ordered
-        items: list[tuple[ResourceId, _Item]] = []
-        start: int | None = None
-
-        def close_run(stop: int) -> None:
-            nonlocal start
-            if start is not None:
-                items.append((ids[start], (start, stop)))
-                start = None
-
-        waiting = list(reversed(added)) if in_order else []
-        for j, resource in enumerate(ids):
-            while waiting and waiting[-1] < resource:
-                close_run(j)
-                new_resource = waiting.pop()
-                items.append((new_resource, _known(replaced[new_resource])))
-            if resource in replaced:
-                close_run(j)
-                new = replaced[resource]
-                if new is not None:
-                    items.append((resource, new))
-            elif start is None:
-                start = j
-        close_run(len(ids))
-        for resource in reversed(waiting) if in_order else added:
-            items.append((resource, _known(replaced[resource])))
-        if not in_order:
-            items = self._sorted_items(items)
-        return self._write(items, terraform_version, serial, lineage, outputs, check_results)
-
-    def _sorted_items(self, items: list[tuple[ResourceId, _Item]]
-                      ) -> list[tuple[ResourceId, _Item]]:
-        """Every resource on its own, in Terraform's order (main's were not)."""
-        single: list[tuple[ResourceId, _Item]] = []
-        ids = self.main.index.resources
-        for resource, item in items:
-            if isinstance(item[0], int):
-                start, stop = item
-                single.extend((ids[j], (j, j + 1)) for j in range(start, stop))
-            else:
-                single.append((resource, item))
-        return sorted(single, key=lambda pair: pair[0])
-
-    def _write(self, items: list[tuple[ResourceId, _Item]],
-               terraform_version: str | None, serial: int, lineage: str, outputs: bytes,
-               check_results: bytes) -> tuple[bytes, StateIndex]:
-        main_index = self.main.index
-        head = state_head(terraform_version, serial, lineage, outputs)
-        chunks: list[Any] = [head]
-        position = len(head)
-        resources: list[ResourceId] = []
-        entries: list[ResourceEntry] = []
-        offsets: list[int] = []
-        lengths: list[int] = []
-        for resource, item in items:
-            separator = NEXT_RESOURCE if resources else FIRST_RESOURCE
-            chunks.append(separator)
-            position += len(separator)
-            if isinstance(item[0], int):
-                start, stop = item
-                main_offsets = main_index.offsets
-                run = self.main.run(start, stop)
-                if main_offsets is not None:
-                    shift = position - main_offsets[start]
-                    offsets.extend(main_offsets[j] + shift for j in range(start, stop))
-                    chunks.append(run[0])
-                    position += len(run[0])
-                else:
-                    for count, piece in enumerate(run):
-                        if count:
-                            chunks.append(NEXT_RESOURCE)
-                            position += len(NEXT_RESOURCE)
-                        offsets.append(position)
-                        chunks.append(piece)
-                        position += len(piece)
-                resources.extend(main_index.resources[start:stop])
-                entries.extend(main_index.entries[start:stop])
-                lengths.extend(main_index.lengths[start:stop])
-            else:
-                text, entry = item
-                offsets.append(position)
-                chunks.append(text)
-                position += len(text)
-                resources.append(resource)
-                entries.append(entry)
-                lengths.append(len(text))
-        chunks.append(state_tail(check_results, len(resources)))
-        raw = b"".join(chunks)
-        index = StateIndex(lineage, serial, terraform_version, resources, entries, offsets,
-                           lengths, len(raw), outputs, check_results, ordered=True)
-        _verify(raw, index)
-        return raw, index
+                results[resource] = resolved.result = self._text(resolved)
+        return results
 
     def projection(self, outputs: bytes) -> ProjectionDelta:
         """The merged version's projection, as changes to main's."""
@@ -964,15 +494,6 @@ class _Merge:
             dependencies[resource] = tuple(projected[1])
         return ProjectionDelta(rows, dependencies,
                                project_state({"outputs": json.loads(outputs)}).outputs)
-
-
-def _units(resource: DecodedResource | None) -> dict[Key, frozenset[tuple[str, bytes]]]:
-    if resource is None:
-        return {}
-    units: dict[Key, set[tuple[str, bytes]]] = {}
-    for instance in resource.instances:
-        units.setdefault(instance.key, set()).add((instance.deposed, instance.digest))
-    return {key: frozenset(objects) for key, objects in units.items()}
 
 
 def _shared_names(writer: tuple[ModuleStep, ...], dependency: tuple[ModuleStep, ...]) -> int:
@@ -992,14 +513,3 @@ def _config_address(resource: ResourceId) -> str:
     steps = parse_module_path(module)
     return Target(steps, mode, type_, name).config_text()
 
-
-def _verify(raw: bytes, index: StateIndex) -> None:
-    """Check the merged text splits into the resources it was built from."""
-    try:
-        split = split_state(raw)
-        read_top(split)
-    except (InvalidState, EncryptedState) as error:
-        raise MergeFailed(f"the merged state does not read back: {error.message}") from None
-    lengths = [len(piece) for piece in split.pieces]
-    if lengths != index.lengths:
-        raise MergeFailed("the merged state does not split into the resources it was built from")

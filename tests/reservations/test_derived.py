@@ -166,3 +166,11 @@ def test_the_higher_terraform_version_is_kept(main: str | None, theirs: str | No
     """Versions compare as go-version does: by number, a release above its
     pre-releases; what is not a version never wins."""
     assert higher_version(main, theirs) == higher
+
+
+def test_null_outputs_are_no_outputs() -> None:
+    """A state may say "outputs": null (none, as Terraform reads it): the
+    view's null against the base's outputs removes them."""
+    merged = merge_outputs(text({"a": string("a0")}), b"null", text({"a": string("a0")}))
+    assert (json.loads(merged.text), merged.changed) == ({}, True)
+    assert merge_outputs(b"null", b"null", b"null").changed is False

@@ -13,12 +13,8 @@ from typing import Any
 import pytest
 
 from kilolock.core.errors import EncryptedState, InvalidState
-from kilolock.reservations.index import (
-    StateIndex,
-    canonical_digest,
-    decode_canonical,
-    index_state,
-)
+from kilolock.reservations.canonical import canonical_digest, decode_canonical
+from kilolock.reservations.index import StateIndex, index_state
 from kilolock.reservations.model import instance_address
 from tests.support.paths import SAMPLE_STATES
 from tests.support.state_samples import ENVELOPE

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from kilolock.reservations.index import StateIndex, index_state
-from kilolock.reservations.merge import Merged, MergeOutcome, RefusalRule, Unchanged
 from kilolock.reservations.model import parse_claims
+from kilolock.reservations.outcome import Merged, MergeOutcome, RefusalRule, Unchanged
 from kilolock.tfstate.parse import parse_state
-from tests.reservations.merging import merge, merged, refused, units_of
 from tests.support.paths import TESTS
+from tests.support.reservation_merging import merge, merged, refused, units_of
 from tests.support.terraform import Terraform
 
 CORPUS = TESTS / "data" / "reservations"

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from kilolock.core.errors import BadRequest
 from kilolock.reservations.index import index_state
-from kilolock.reservations.merge import MergePolicy, RefusalRule, Unchanged
 from kilolock.reservations.model import instance_address
+from kilolock.reservations.outcome import MergePolicy, RefusalRule, Unchanged
 from kilolock.tfstate.parse import parse_state
-from tests.reservations.merging import (
+from tests.support.reservation_merging import (
     instance_texts,
     merge,
     merged,

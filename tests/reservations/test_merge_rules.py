@@ -11,15 +11,15 @@ import pytest
 
 from kilolock.core.errors import InvalidState
 from kilolock.reservations.index import index_state
-from kilolock.reservations.merge import (
+from kilolock.reservations.model import ReservationSets, parse_claims
+from kilolock.reservations.outcome import (
     InstanceChange,
     MergePolicy,
     RefusalRule,
     Unchanged,
 )
-from kilolock.reservations.model import ReservationSets, parse_claims
 from kilolock.tfstate.parse import parse_state
-from tests.reservations.merging import instance_texts, merge, merged, refused, units_of
+from tests.support.reservation_merging import instance_texts, merge, merged, refused, units_of
 from tests.support.state_samples import ENVELOPE
 from tests.support.state_strategies import (
     LINEAGE,

@@ -1,5 +1,7 @@
-"""What the merge tests share: reading a merged state's instances back, and
-the claims and model edits they merge."""
+"""What the reservation merge's tests share (tests/reservations/): reading a
+merged state's instances back, the claims they merge with, and the stale
+reads a merge must refuse, worked out on modelled states
+(L{tests.support.state_strategies})."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from typing import Any
 import msgspec
 
 from kilolock.reservations.index import StateIndex, index_state
-from kilolock.reservations.merge import Merged, MergeOutcome, Refused, merge_view_post
+from kilolock.reservations.merge import merge_view_post
 from kilolock.reservations.model import AddressSet, instance_address, parse_claims
+from kilolock.reservations.outcome import Merged, MergeOutcome, Refused
 from kilolock.tfstate.address import parse_module_path
 from tests.support.state_strategies import Model, UnitId
 
