@@ -63,6 +63,7 @@ class _Stored(msgspec.Struct, array_like=True, gc=False):
     entries: list[ResourceEntry]
     offsets: list[int] | None
     lengths: list[int]
+    sha256: str | None = None
 
 
 _STORED_ENCODER = msgspec.msgpack.Encoder()
@@ -81,12 +82,14 @@ class StateIndex:
     @ivar outputs: the C{outputs} member's JSON text (C{b"{}"} if none).
     @ivar check_results: the C{check_results} member's JSON text
         (C{b"null"} if none).
+    @ivar sha256: the SHA-256 (hex) of the bytes indexed, when known.
     """
 
     def __init__(self, lineage: str, serial: int, terraform_version: str | None,
                  resources: list[ResourceId], entries: list[ResourceEntry],
                  offsets: list[int] | None, lengths: list[int], size: int,
-                 outputs: bytes, check_results: bytes, ordered: bool | None = None) -> None:
+                 outputs: bytes, check_results: bytes, ordered: bool | None = None,
+                 sha256: str | None = None) -> None:
         self.lineage = lineage
         self.serial = serial
         self.terraform_version = terraform_version
@@ -97,6 +100,7 @@ class StateIndex:
         self.size = size
         self.outputs = outputs
         self.check_results = check_results
+        self.sha256 = sha256
         self._positions: dict[ResourceId, int] | None = None
         self._by_raw: dict[bytes, int] | None = None
         self._ordered = ordered
@@ -140,22 +144,24 @@ class StateIndex:
         return _STORED_ENCODER.encode(_Stored(
             self.lineage, self.serial, self.terraform_version, self.size, self.outputs,
             self.check_results, list(self.resources), self.entries, self.offsets,
-            self.lengths))
+            self.lengths, self.sha256))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> StateIndex:
         stored = _STORED_DECODER.decode(data)
         return cls(stored.lineage, stored.serial, stored.terraform_version,
                    stored.resources, stored.entries, stored.offsets, stored.lengths,
-                   stored.size,
-                   stored.outputs, stored.check_results)
+                   stored.size, stored.outputs, stored.check_results, sha256=stored.sha256)
 
 
-def index_state(raw: bytes, previous: StateIndex | None = None) -> StateIndex:
+def index_state(raw: bytes, previous: StateIndex | None = None,
+                sha256: str | None = None) -> StateIndex:
     """Index a stored v4 state (see the module's docstring).
 
     @param previous: the index of a related version: resources whose text
         it has are not decoded again.
+    @param sha256: the SHA-256 (hex) of C{raw}, when the caller knows it
+        (a stored version's): kept in the index, naming what it is of.
     @raise EncryptedState: C{raw} is an OpenTofu encrypted envelope.
     @raise InvalidState: C{raw} is not a v4 state, or it lists a resource
         twice.
@@ -180,7 +186,7 @@ def index_state(raw: bytes, previous: StateIndex | None = None) -> StateIndex:
                        resource_offsets(raw, split), [len(piece) for piece in split.pieces],
                        len(raw),
                        split.members.get("outputs", b"{}"),
-                       split.members.get("check_results", b"null"))
+                       split.members.get("check_results", b"null"), sha256=sha256)
     _check_unique(index)
     return index
 

@@ -105,7 +105,7 @@ __all__ = ["merge_view_post"]
 
 
 def merge_view_post(theirs: bytes, main: bytes, base: StateIndex, *, write: AddressSet,
-                    main_index: StateIndex | None = None,
+                    main_index: StateIndex | None = None, main_sha256: str | None = None,
                     others: Mapping[str, ReservationSets] | None = None,
                     policy: MergePolicy = MergePolicy.STRICT) -> MergeOutcome:
     """Merge C{theirs}, a state sent to a view, into C{main}, the state's
@@ -114,8 +114,11 @@ def merge_view_post(theirs: bytes, main: bytes, base: StateIndex, *, write: Addr
     @param base: the index of the view's base.
     @param write: the reservation's write set.
     @param main_index: the index of C{main}, when the store has it
-        (L{Merged.index} of the merge that wrote it); otherwise it is
-        made here, from C{base}'s digests for what main has unchanged.
+        (L{Merged.index} of the merge that wrote it); otherwise (or when
+        it is not of C{main}) it is made here, from C{base}'s digests for
+        what main has unchanged.
+    @param main_sha256: the SHA-256 (hex) of C{main}, which the store has
+        with the version: an index naming other bytes is not used.
     @param others: the other reservations of the state, by id: who holds
         what a refusal names, and what C{AUTO_WIDEN} may take.
     @return: L{Merged}, L{Unchanged} or L{Refused}.
@@ -131,7 +134,7 @@ def merge_view_post(theirs: bytes, main: bytes, base: StateIndex, *, write: Addr
     _check_top(split)
     lineage, serial, terraform_version = read_top(split)
     try:
-        main_text = MainText(main, main_index, base)
+        main_text = MainText(main, main_index, base, main_sha256)
     except EncryptedState:
         return Refused((Refusal(RefusalRule.ENCRYPTED_STATE, _ENCRYPTED_MAIN),))
     except InvalidState as error:
@@ -159,8 +162,9 @@ def merge_view_post(theirs: bytes, main: bytes, base: StateIndex, *, write: Addr
     version = higher_version(main_ix.terraform_version, terraform_version)
     raw, index = splice(main_text, merge.results(), version, main_ix.serial + 1,
                         main_ix.lineage, outputs.text, checks.text)
+    index.sha256 = hashlib.sha256(raw).hexdigest()
     return Merged(
-        raw=raw, sha256=hashlib.sha256(raw).hexdigest(), serial=main_ix.serial + 1,
+        raw=raw, sha256=index.sha256, serial=main_ix.serial + 1,
         lineage=main_ix.lineage, terraform_version=version, changes=tuple(merge.changes),
         auto_widened=tuple(merge.auto_widened), stale_outputs=outputs.stale,
         merged_outputs=outputs.structural, index=index, view_base=view_base,

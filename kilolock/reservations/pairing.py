@@ -31,12 +31,17 @@ _BLOCK = 256
 
 
 class MainText:
-    """Main's bytes with its index (made when not given, or not of these
-    bytes)."""
+    """Main's bytes with its index: the one given when it is of these bytes
+    (their length, their SHA-256 when both are known, and resource texts
+    where it places them), else one made from the bytes and C{base}'s
+    digests."""
 
-    def __init__(self, raw: bytes, index: StateIndex | None, base: StateIndex) -> None:
-        if index is None or index.size != len(raw) or not _starts_agree(raw, index):
-            index = index_state(raw, base)
+    def __init__(self, raw: bytes, index: StateIndex | None, base: StateIndex,
+                 sha256: str | None = None) -> None:
+        if (index is None or index.size != len(raw)
+                or (sha256 is not None and index.sha256 not in (None, sha256))
+                or not _starts_agree(raw, index)):
+            index = index_state(raw, base, sha256)
         self.raw = raw
         self.index = index
         self._view = memoryview(raw)

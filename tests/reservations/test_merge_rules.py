@@ -4,6 +4,7 @@ what a body that is not a state gets (a 400, nothing merged)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -73,7 +74,7 @@ def test_a_claimed_change_is_merged_and_everything_else_kept_byte_for_byte() -> 
     parsed = parse_state(result.raw)
     assert (parsed.serial, parsed.lineage, result.serial) == (10, LINEAGE, 10)
     assert result.changes == (InstanceChange("terraform_data.a", "update"),)
-    assert result.sha256 == __import__("hashlib").sha256(result.raw).hexdigest()
+    assert result.sha256 == hashlib.sha256(result.raw).hexdigest()
 
 
 def test_creates_and_destroys_through_a_view() -> None:
@@ -392,3 +393,18 @@ def test_refusals_are_summed_up_and_never_carry_values() -> None:
     assert outcome.reason.endswith("(and 2 more)")
     assert len(outcome.addresses) == 7
     assert "hunter2" not in outcome.reason
+
+
+def test_an_index_of_other_bytes_is_not_used() -> None:
+    """An index naming other bytes (another version's, of the same length)
+    given as main's is set aside and main indexed afresh: the merged
+    version's index is its own bytes' index."""
+    main = tf(r("a", o("a0")), r("b", o("b1")), r("c", C0), serial=5)
+    theirs = tf(r("a", o("a1")), r("b", o("b0")), r("c", C0), serial=6)
+    other = index_state(BASE, sha256=hashlib.sha256(BASE).hexdigest())
+    assert other.size == len(main)
+    result = merged(merge(theirs, main, BASE, write("terraform_data.a"), main_index=other,
+                          main_sha256=hashlib.sha256(main).hexdigest()))
+    assert value(result.raw, "b") == ["b1"]
+    assert result.index.entries == index_state(result.raw).entries
+    assert result.index.sha256 == result.sha256
