@@ -226,8 +226,8 @@ def check_results_valid(text: bytes) -> None:
     """
     try:
         _checks(text, "check_results")
-    except msgspec.ValidationError:
-        raise InvalidState("check_results must be null or a list") from None
+    except msgspec.DecodeError:  # not a list, or text JSON cannot hold (an unpaired surrogate)
+        raise InvalidState("check_results must be null or a list of objects") from None
 
 
 def _no_information(entry: Any) -> bool:

@@ -13,6 +13,7 @@ import json
 import random
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -313,3 +314,17 @@ def test_a_hostile_body_is_a_400_or_an_answer_never_a_500(base: Model, body: byt
         merge(body, base_raw, base_raw, MODEL_UNITS)
     except BadRequest as error:
         assert error.status == 400
+
+
+def test_check_results_holding_an_unpaired_surrogate_is_a_400() -> None:
+    """A C{check_results} member that JSON decoders cannot hold (a string
+    with an unpaired surrogate, where a list belongs) is refused as an
+    invalid state, never let out as a decoder's error (found by the
+    property above)."""
+    base_raw = state(Model(), 3)
+    document = json.loads(base_raw)
+    document["check_results"] = "\ud800"
+    body = json.dumps(document, indent=2).encode()
+    with pytest.raises(BadRequest) as refused:
+        merge(body, base_raw, base_raw, MODEL_UNITS)
+    assert refused.value.status == 400
