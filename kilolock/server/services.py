@@ -1,7 +1,8 @@
 """The services a Kilolock server is made of: the store's (started first,
 stopped last), and the whole server's, which stops one step at a time
 (stop accepting, let requests finish, close connections, close the store).
-L{ListeningEndpoint} keeps the port a listener really got.
+L{ListeningEndpoint} keeps the port a listener really got, and
+L{announcement} says, once listening, where everything is.
 """
 
 from __future__ import annotations
@@ -9,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from attrs import frozen
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import IService, MultiService, Service
+from twisted.internet.address import IPv4Address, IPv6Address, UNIXAddress
 from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.endpoints import SSL4ServerEndpoint
 from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStreamServerEndpoint
 from twisted.logger import Logger
@@ -20,8 +24,8 @@ from zope.interface import implementer
 from kilolock.store.interfaces.states import IStateStore
 from kilolock.web.site import KilolockSite
 
-__all__ = ["CLOSE_GRACE", "KilolockService", "ListeningEndpoint", "StoreService",
-           "keeping_port"]
+__all__ = ["CLOSE_GRACE", "Announcement", "CannotListen", "KilolockService", "ListeningEndpoint",
+           "StoreService", "announcement", "keeping_port"]
 
 log = Logger()
 
@@ -72,12 +76,97 @@ class ListeningEndpoint:
 
         return self.endpoint.listen(protocolFactory).addCallback(keep)
 
+    @property
+    def secure(self) -> bool:
+        """Whether the listener speaks TLS (an C{ssl:} endpoint)."""
+        return isinstance(self.endpoint, SSL4ServerEndpoint)
+
 
 def keeping_port(service: StreamServerEndpointService) -> ListeningEndpoint:
     """Make C{service} listen through a L{ListeningEndpoint}, and return it."""
     listening = ListeningEndpoint(service.endpoint)
     service.endpoint = listening
     return listening
+
+
+class CannotListen(Exception):
+    """A listener's port could not be had (under a daemonizing twistd)."""
+
+
+@frozen
+class Announcement:
+    """What the start-up lines say besides the listener's address: whether
+    the dashboard is served, the auth mode, and the control API's listener
+    (hosted mode)."""
+
+    ui: bool = True
+    auth_mode: str = "open"
+    control: ListeningEndpoint | None = None
+
+
+#: The addresses that mean "every interface".
+_EVERY_INTERFACE = ("0.0.0.0", "::", "")  # noqa: S104 - compared, never bound
+
+
+def _where(listening: ListeningEndpoint) -> tuple[str, str, bool] | None:
+    """The bound address as text, the base URL a client on this machine
+    uses, and whether every interface is bound; None before listening or
+    for an address without a URL (a Unix socket)."""
+    port = listening.port
+    if port is None:
+        return None
+    address = port.getHost()
+    if not isinstance(address, IPv4Address | IPv6Address):
+        return None
+    scheme = "https" if listening.secure else "http"
+    everywhere = address.host in _EVERY_INTERFACE
+    if isinstance(address, IPv6Address):
+        bound = f"[{address.host}]:{address.port}"
+        host = "localhost" if everywhere else f"[{address.host}]"
+    else:
+        bound = f"{address.host}:{address.port}"
+        host = "localhost" if everywhere else address.host
+    return bound, f"{scheme}://{host}:{address.port}", everywhere
+
+
+def announcement(listening: ListeningEndpoint, about: Announcement) -> list[str]:
+    """The lines the server logs once listening: the address it really
+    bound (a port of 0 resolved, every interface or one), and the URLs a
+    user needs -- the state lane of the C{backend "http"} block, the
+    dashboard, the TFE lane's discovery for the C{cloud {}} block, C{kl}'s
+    C{KL_URL} and, in hosted mode, the control API."""
+    where = _where(listening)
+    if where is None:
+        port = listening.port
+        host = port.getHost() if port is not None else None
+        name = host.name if isinstance(host, UNIXAddress) else host
+        return [f"listening on {name!r}"] if name else []
+    bound, base, everywhere = where
+    reach = ("every interface: other machines can reach it" if everywhere
+             else "this interface only")
+    lines = [f"listening on {bound} ({reach})"]
+    if everywhere and about.auth_mode == "open":
+        lines.append("authentication is off (KL_AUTH_MODE=open) and every interface is"
+                     " bound: anyone who reaches this port can read and overwrite every"
+                     " state; for a try-out add --listen tcp:PORT:interface=127.0.0.1")
+    lines.append(f"Terraform http backend: address = \"{base}/v1/states/NAME\"")
+    if about.ui:
+        lines.append(f"dashboard: {base}/ui/")
+    discovery = f"{base}/.well-known/terraform.json"
+    if listening.secure:
+        lines.append(f"cloud {{}} block: hostname = \"{base.split('://', 1)[1]}\""
+                     f" (discovery {discovery})")
+    else:
+        lines.append(f"cloud {{}} block: plain HTTP, which Terraform's discovery does not"
+                     f" use: a CLI host block naming {base}/api/v2/ (docs/tfe-lane.md,"
+                     " the local quick start)")
+    lines.append(f"kl: export KL_URL={base}")
+    if about.control is not None:
+        control = _where(about.control)
+        if control is not None:
+            lines.append(f"control API (hosted mode): {control[1]}/v1/api/"
+                         f" (kl: export KL_CONTROL_URL={control[1]})")
+    return lines
 
 
 class KilolockService(MultiService):
@@ -92,12 +181,14 @@ class KilolockService(MultiService):
     def __init__(self, store_service: StoreService, web_service: IService,
                  site: KilolockSite, grace: float, clock: Any,
                  sites: Sequence[KilolockSite] = (),
-                 listening: ListeningEndpoint | None = None) -> None:
+                 listening: ListeningEndpoint | None = None,
+                 about: Announcement | None = None) -> None:
         super().__init__()
         self.store_service = store_service
         self.web_service = web_service
         self.site = site
         self.listening = listening
+        self.about = about
         self.sites = tuple(sites) or (site,)
         self.grace = grace
         self.clock = clock
@@ -109,6 +200,8 @@ class KilolockService(MultiService):
         return self.store_service.store
 
     _bound = False
+    #: Whether twistd runs the server as a daemon (set by the plugin).
+    daemonized = False
 
     def privilegedStartService(self) -> None:
         """Bind the listeners, before the store starts (twistd calls this
@@ -120,17 +213,28 @@ class KilolockService(MultiService):
             self._bound = True
         except CannotListenError as error:
             reason = getattr(error.socketError, "strerror", None) or str(error.socketError)
+            message = (f"kilolock: cannot listen on {error.interface or 'any'}:{error.port}:"
+                       f" {reason}; stop what uses that port or choose another one"
+                       " (--listen / KL_LISTEN, --control-listen / KL_CONTROL_LISTEN)")
+            if self.daemonized:
+                # twistd's waiting parent hears of an Exception only (it
+                # would wait forever for a child gone with SystemExit), and
+                # prints the first 100 bytes it is told: the whole line goes
+                # to the log file.
+                log.error("{message}", message=message)
+                raise CannotListen(f"port {error.port} of {error.interface or 'any'}:"
+                                   f" {reason}") from None
             # Exits with status 1, the message on stderr (twistd logs it):
             # logging is not set up yet under `twist`.
-            raise SystemExit(
-                f"kilolock: cannot listen on {error.interface or 'any'}:{error.port}: {reason};"
-                " stop what uses that port or choose another one (--listen / KL_LISTEN,"
-                " --control-listen / KL_CONTROL_LISTEN)") from None
+            raise SystemExit(message) from None
 
     def startService(self) -> None:
         if not self._bound:
             self.privilegedStartService()
         super().startService()
+        if self.listening is not None and self.about is not None:
+            for line in announcement(self.listening, self.about):
+                log.info("{line}", line=line)
 
     def stopService(self) -> Deferred[None]:
         Service.stopService(self)

@@ -28,7 +28,13 @@ from kilolock.retention.policy import RetentionPolicy
 from kilolock.server.listening import with_backlog
 from kilolock.server.metrics import Metrics
 from kilolock.server.options import TableOptions
-from kilolock.server.services import KilolockService, ListeningEndpoint, StoreService, keeping_port
+from kilolock.server.services import (
+    Announcement,
+    KilolockService,
+    ListeningEndpoint,
+    StoreService,
+    keeping_port,
+)
 from kilolock.server.settings import OPTIONS, Settings
 from kilolock.stateops.runner import OperationRunner, Pause
 from kilolock.stateops.sweeper import OperationSweeper
@@ -193,11 +199,13 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
     listening = keeping_port(listener)
     web: IService = listener
     sites = [site]
+    control: ListeningEndpoint | None = None
     if settings.auth_mode == "database":
         hosted = HostedListeners(listener, settings, store, reactor, listening,
                                  refusals=metrics.refusals)
         sites.append(hosted.control_site)
         web = hosted
+        control = hosted.control_listening
     background = MultiService()
     pruning = retention_service(store, settings.retention_versions, settings.retention_days,
                                 settings.retention_interval, reactor, metrics)
@@ -205,10 +213,16 @@ def make_service_from_settings(settings: Settings, reactor: Any = None,
     for part in (pruning, sweeper):
         if part is not None:
             part.setServiceParent(background)
+    about = Announcement(ui=settings.ui != "off", auth_mode=settings.auth_mode,
+                         control=control)
     return KilolockService(StoreService(store, background), web, site,
-                           settings.shutdown_grace, reactor, sites=sites, listening=listening)
+                           settings.shutdown_grace, reactor, sites=sites, listening=listening,
+                           about=about)
 
 
 def makeService(options: Mapping[str, Any], reactor: Any = None) -> KilolockService:
     """Entry point of the twistd plugin."""
-    return make_service_from_settings(Settings.from_sources(options), reactor)
+    service = make_service_from_settings(Settings.from_sources(options), reactor)
+    parent = getattr(options, "parent", None)  # twistd's own options, or twist's
+    service.daemonized = parent is not None and "nodaemon" in parent and not parent["nodaemon"]
+    return service
