@@ -14,6 +14,7 @@ import kilolock
 from kilolock.kl.arguments import CommandTree, Parser, positive_float
 from kilolock.kl.commands import (
     control,
+    devcert,
     events,
     history,
     locks,
@@ -38,7 +39,7 @@ from kilolock.kl.output import Output
 
 #: The command modules, in the order C{kl --help} lists their commands.
 COMMAND_GROUPS = (states, history, versions, retention, refactor, locks, resources, events,
-                  control, oidc, workspaces)
+                  control, oidc, workspaces, devcert)
 
 
 def _common_options() -> argparse.ArgumentParser:

@@ -2,7 +2,8 @@
 the state, and (where that lane exists) the C{cloud {}} block.
 
 Nothing secret is ever in them: the token is read from the environment
-(C{TF_HTTP_PASSWORD}, or the CLI credentials for C{cloud {}}).
+(C{TF_HTTP_PASSWORD}), or written by the reader into the CLI configuration
+the C{cloud {}} block needs beside it.
 """
 
 from __future__ import annotations
@@ -59,30 +60,54 @@ def cloud_block(base: str, key: StateKey, principal: Principal, auth_mode: str) 
     state, in the caller's organization (C{default}, or the tenant's id in
     the database auth mode, which the lane accepts like its slug); None for a
     state no TFE workspace can name (C{default}, a name with whitespace).
-
-    Terraform discovers the lane over HTTPS only: a plain-http server needs
-    the CLI configuration's C{host} block, which the block's comment says."""
+    It needs the CLI configuration of L{cli_config_block} beside it."""
     name = key.path.rsplit("/", 1)[-1]
     try:
         check_workspace_name(name)
     except InvalidName:
         return None
-    url = urlsplit(base)
     organization = key.tenant if auth_mode == "database" else DEFAULT_TENANT
-    block = ("terraform {\n  cloud {\n"
-             f"    hostname     = {_hcl(url.netloc)}\n"
-             f"    organization = {_hcl(organization)}\n"
-             f"    workspaces {{\n      name = {_hcl(name)}\n    }}\n"
-             "  }\n}\n")
-    if auth_mode != "open" and url.port is None:
-        block += f"# export TF_TOKEN_{_token_variable(url.hostname or '')}=<your token>\n"
-    elif auth_mode != "open":
-        block += (f"# the token: a credentials {_hcl(url.netloc)} block of the CLI\n"
-                  "# configuration (a host with a port has no TF_TOKEN_ variable)\n")
+    return ("terraform {\n  cloud {\n"
+            f"    hostname     = {_hcl(urlsplit(base).netloc)}\n"
+            f"    organization = {_hcl(organization)}\n"
+            f"    workspaces {{\n      name = {_hcl(name)}\n    }}\n"
+            "  }\n}\n")
+
+
+#: The token line of the open mode (any value: Terraform only needs one),
+#: and of the others (a placeholder: the page never holds a token).
+_OPEN_TOKEN_LINE = ('  token = "open"  # authentication is off: any value does,'  # noqa: S105
+                    " but Terraform needs one")
+_YOUR_TOKEN_LINE = '  token = "REPLACE-WITH-YOUR-KILOLOCK-TOKEN"'  # noqa: S105 - a placeholder
+
+#: Where the CLI configuration of L{cli_config_block} is saved.
+CLI_CONFIG_FILE = "kilolock.tfrc"
+
+
+def cli_config_block(base: str, auth_mode: str) -> str:
+    """The Terraform CLI configuration a C{cloud {}} block of this server
+    needs: the token (Terraform refuses to start without one, even where the
+    server asks for none: "Required token could not be found"), and over
+    plain HTTP a C{host} block naming the TFE lane, since Terraform's
+    discovery of a host's services is always HTTPS.  The token itself is
+    never written here: in the open mode any value does; otherwise the
+    reader puts in their own."""
+    url = urlsplit(base)
+    host = url.netloc
+    lines = [f"# save as {CLI_CONFIG_FILE}, then: export TF_CLI_CONFIG_FILE=$PWD/{CLI_CONFIG_FILE}"]
     if url.scheme != "https":
-        block += ("# plain http: Terraform's discovery needs HTTPS, so add the CLI\n"
-                  "# configuration's host block of docs/tfe-lane.md\n")
-    return block
+        lines += ["# plain HTTP: name the TFE lane here (discovery is HTTPS only)",
+                  f"host {_hcl(host)} {{",
+                  "  services = {",
+                  f'    "tfe.v2" = {_hcl(base + "/api/v2/")}',
+                  "  }",
+                  "}"]
+    lines += [f"credentials {_hcl(host)} {{",
+              _OPEN_TOKEN_LINE if auth_mode == "open" else _YOUR_TOKEN_LINE, "}"]
+    if auth_mode != "open" and url.scheme == "https" and url.port is None:
+        lines.append(f"# (or no credentials block: export TF_TOKEN_"
+                     f"{_token_variable(url.hostname or '')}=<your token>)")
+    return "\n".join(lines) + "\n"
 
 
 def _token_variable(host: str) -> str:

@@ -17,7 +17,12 @@ from kilolock.core.events import AuditEvent
 from kilolock.core.model import Projection, ResourceRow, StateKey, StateSummary
 from kilolock.web.resource import Response
 from kilolock.web.ui import BASE_PATH, format
-from kilolock.web.ui.backend_blocks import base_url, cloud_block, http_backend_block
+from kilolock.web.ui.backend_blocks import (
+    base_url,
+    cli_config_block,
+    cloud_block,
+    http_backend_block,
+)
 from kilolock.web.ui.base import Viewer, page_count, pager, render_page, template
 from kilolock.web.ui.graph import build_graph, draw
 from kilolock.web.ui.history_page import DiffPage, HistoryPage, VersionsFolder, last_writer
@@ -275,6 +280,8 @@ class StatePage(StatePart):
         cloud = cloud_block(base, key, viewer.principal, self.dashboard.auth_mode)
         if cloud is not None:
             found.append(("Terraform cloud block", cloud))
+            found.append(("Terraform CLI configuration for the cloud block",
+                          cli_config_block(base, self.dashboard.auth_mode)))
         return found
 
 

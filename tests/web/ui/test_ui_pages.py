@@ -44,7 +44,8 @@ def csp_and_friends(headers: dict[bytes, list[bytes]]) -> None:
 
 def test_a_browser_asking_for_the_root_goes_to_the_dashboard() -> None:
     """GET / with Accept: text/html is a 303 to /ui/; an API client (no HTML
-    in Accept, or another method) keeps the JSON 404; /ui goes to /ui/."""
+    in Accept, or another method) keeps the JSON 404, which names where the
+    dashboard and the lanes are; /ui goes to /ui/."""
     site = DashboardSite()
     reply = site.site.request("GET", "/", headers={"Accept": "text/html,*/*"})
     assert (reply.status, reply.header(b"location")) == (303, b"/ui/")
@@ -52,6 +53,7 @@ def test_a_browser_asking_for_the_root_goes_to_the_dashboard() -> None:
         reply = site.site.request(method, "/", headers={"Accept": accept})
         assert reply.status == 404, (method, accept)
         assert reply.json()["error"]["code"] == "not_found"
+        assert "the dashboard is /ui/" in reply.json()["error"]["message"]
     assert site.site.request("GET", "/nothing", headers={"Accept": "text/html"}).status == 404
     reply = site.browser().get("/ui")
     assert (reply.status, reply.header(b"location")) == (303, b"/ui/")
@@ -452,27 +454,51 @@ def test_a_state_page_offers_the_cloud_block_of_the_same_state() -> None:
 @pytest.mark.parametrize(("base", "auth_mode", "key", "expected"), [
     ("https://kilolock.example.com", "static", ("default", "app"),
      'terraform {\n  cloud {\n    hostname     = "kilolock.example.com"\n'
-     '    organization = "default"\n    workspaces {\n      name = "app"\n    }\n  }\n}\n'
-     "# export TF_TOKEN_kilolock_example_com=<your token>\n"),
+     '    organization = "default"\n    workspaces {\n      name = "app"\n    }\n  }\n}\n'),
     ("http://localhost:8080", "open", ("default", "net"),
      'terraform {\n  cloud {\n    hostname     = "localhost:8080"\n'
-     '    organization = "default"\n    workspaces {\n      name = "net"\n    }\n  }\n}\n'
-     "# plain http: Terraform's discovery needs HTTPS, so add the CLI\n"
-     "# configuration's host block of docs/tfe-lane.md\n"),
+     '    organization = "default"\n    workspaces {\n      name = "net"\n    }\n  }\n}\n'),
     ("https://state.my-corp.io:8443", "database", ("tn_0123456789ab", "ws_1/env_2/db"),
      'terraform {\n  cloud {\n    hostname     = "state.my-corp.io:8443"\n'
      '    organization = "tn_0123456789ab"\n    workspaces {\n      name = "db"\n    }\n'
-     '  }\n}\n# the token: a credentials "state.my-corp.io:8443" block of the CLI\n'
-     "# configuration (a host with a port has no TF_TOKEN_ variable)\n"),
+     '  }\n}\n'),
 ])
 def test_the_cloud_block_names_host_organization_and_workspace(
         base: str, auth_mode: str, key: tuple[str, str], expected: str) -> None:
     """The organization is the tenant (``default`` outside the database
-    mode), the workspace the state's own name, the token comes from the
-    environment or the CLI configuration, never from the page."""
+    mode), the workspace the state's own name; no token is in the block."""
     from kilolock.core.model import Principal, StateKey
     from kilolock.web.ui.backend_blocks import cloud_block
 
     principal = Principal(tenant=key[0], name="someone")
     assert cloud_block(base, StateKey(*key), principal, auth_mode) == expected
     assert cloud_block(base, StateKey(key[0], "default"), principal, auth_mode) is None
+
+
+@pytest.mark.parametrize(("base", "auth_mode", "expected"), [
+    ("http://127.0.0.1:8080", "open",
+     "# save as kilolock.tfrc, then: export TF_CLI_CONFIG_FILE=$PWD/kilolock.tfrc\n"
+     "# plain HTTP: name the TFE lane here (discovery is HTTPS only)\n"
+     'host "127.0.0.1:8080" {\n  services = {\n'
+     '    "tfe.v2" = "http://127.0.0.1:8080/api/v2/"\n  }\n}\n'
+     'credentials "127.0.0.1:8080" {\n'
+     '  token = "open"  # authentication is off: any value does, but Terraform needs one\n'
+     "}\n"),
+    ("https://kilolock.example.com", "static",
+     "# save as kilolock.tfrc, then: export TF_CLI_CONFIG_FILE=$PWD/kilolock.tfrc\n"
+     'credentials "kilolock.example.com" {\n'
+     '  token = "REPLACE-WITH-YOUR-KILOLOCK-TOKEN"\n}\n'
+     "# (or no credentials block: export TF_TOKEN_kilolock_example_com=<your token>)\n"),
+    ("https://state.my-corp.io:8443", "database",
+     "# save as kilolock.tfrc, then: export TF_CLI_CONFIG_FILE=$PWD/kilolock.tfrc\n"
+     'credentials "state.my-corp.io:8443" {\n'
+     '  token = "REPLACE-WITH-YOUR-KILOLOCK-TOKEN"\n}\n'),
+])
+def test_the_cli_configuration_holds_the_token_and_over_http_the_host(
+        base: str, auth_mode: str, expected: str) -> None:
+    """The cloud block's companion: a credentials block always (Terraform
+    needs a token even when the server does not), a host block naming the
+    TFE lane over plain HTTP (discovery is HTTPS only); never a real token."""
+    from kilolock.web.ui.backend_blocks import cli_config_block
+
+    assert cli_config_block(base, auth_mode) == expected
