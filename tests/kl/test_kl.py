@@ -410,3 +410,17 @@ def test_kl_is_a_console_script_that_starts_without_twisted() -> None:
          " print(sorted(m for m in sys.modules if m.startswith(('twisted.internet.reactor',"
          " 'kilolock.web', 'psycopg2'))))"], capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]"
+
+
+def test_workspaces_list_shows_the_values_of_key_value_tags(
+        kilolock_server: KilolockServer, tmp_path: Path) -> None:
+    """`kl workspaces list` writes a tag as `kl workspaces create --tag`
+    takes it: `team=ops` stays `team=ops`, a plain tag its key; a workspace
+    without tags is `-`."""
+    env = kl_environment(kilolock_server.base_url, home=tmp_path / "home")
+    run_kl("workspaces", "create", "net-prod", "--tag", "network", "--tag", "team=ops",
+           env=env).check()
+    run_kl("workspaces", "create", "bare", env=env).check()
+    rows = [line.split() for line in run_kl("workspaces", "list", env=env).check().out
+            .splitlines()[1:]]
+    assert {row[0]: row[-1] for row in rows} == {"bare": "-", "net-prod": "network,team=ops"}

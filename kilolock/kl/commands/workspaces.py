@@ -108,9 +108,24 @@ def cmd_workspaces(ctx: Context, args: argparse.Namespace) -> int:
     if not ctx.out.json_if_asked(items):
         ctx.out.table(["NAME", "ID", "LOCKED", "RESOURCES", "TAGS"], [
             [w["attributes"]["name"], w["id"], "yes" if w["attributes"]["locked"] else "no",
-             str(w["attributes"]["resource-count"]),
-             ",".join(w["attributes"]["tag-names"]) or "-"] for w in items])
+             str(w["attributes"]["resource-count"]), ",".join(_tags_of(ctx, w)) or "-"]
+            for w in items])
     return EXIT_OK
+
+
+def _tags_of(ctx: Context, workspace: dict[str, Any]) -> list[str]:
+    """A workspace's tags as C{kl workspaces create --tag} takes them:
+    C{key}, or C{key=value} for a key/value tag.  A workspace document
+    names only the keys (C{tag-names}); the values are its tag bindings,
+    asked for only when it has tags."""
+    names: list[str] = workspace["attributes"]["tag-names"]
+    if not names:
+        return []
+    bindings = _lane(ctx, "GET", f"/workspaces/{quote(workspace['id'], safe='')}/tag-bindings",
+                     f"reading the tags of workspace {workspace['attributes']['name']}")
+    values = {item["attributes"]["key"]: item["attributes"].get("value") or ""
+              for item in bindings["data"]}
+    return [name + (f"={values[name]}" if values.get(name) else "") for name in names]
 
 
 def _through_control(ctx: Context, args: argparse.Namespace, action: str) -> int:
