@@ -9,6 +9,7 @@ from attrs import frozen
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
+from kilolock.core.errors import NotFound
 from kilolock.store.interfaces.sessions import ISessionStore
 from kilolock.store.interfaces.tenants import ITenantStore
 from kilolock.web.lane import StateLane
@@ -90,11 +91,20 @@ def wants_html(request: Request) -> bool:
     return request.method in (b"GET", b"HEAD") and b"text/html" in accept
 
 
+#: What a client that is not a browser is told at C{/}: there is nothing
+#: there, and where things are.
+ROOT_HINT = ("no such route; the dashboard is /ui/, Terraform's http backend"
+             " /v1/states/{name}, the TFE lane /api/v2/ (/.well-known/terraform.json)")
+
+
 class RootDirectory(Directory):
     """The state listener's root: fixed children, a JSON 404 for anything
-    else; but a browser's C{GET /} goes to the dashboard."""
+    else; but a browser's C{GET /} goes to the dashboard, and any other
+    request for C{/} is told where things are."""
 
     def response_for(self, request: Request) -> Response:
-        if request.path == b"/" and wants_html(request):
-            return redirect(BASE_PATH + "/")
+        if request.path == b"/":
+            if wants_html(request):
+                return redirect(BASE_PATH + "/")
+            return self.error_response(NotFound(ROOT_HINT))
         return super().response_for(request)
