@@ -10,6 +10,7 @@ contract tests pin that both agree.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from attrs import frozen
@@ -20,6 +21,9 @@ from kilolock.core.model import StateSummary
 
 #: What a state listing can be sorted by (L{StateListQuery.sort}).
 STATE_SORTS = ("name", "updated", "serial", "resources", "size", "locked")
+#: What a listing can keep by its lock (L{StateListQuery.lock}): states
+#: locked, not locked, or whose lock is stale (L{kilolock.rules.stale}).
+LOCK_FILTERS = ("locked", "unlocked", "stale")
 
 
 @frozen
@@ -35,6 +39,15 @@ class StateListQuery:
     descending: bool = False
     offset: int = 0
     limit: int = 50
+    #: Only states whose TFE workspace has this tag: C{KEY} (any value) or
+    #: C{KEY=VALUE}.
+    tag: str | None = None
+    #: Only states locked, not locked, or with a stale lock (L{LOCK_FILTERS}).
+    lock: str | None = None
+    #: With C{lock="stale"}: a lock taken before this moment is stale.
+    stale_before: datetime | None = None
+    #: Only states not written since this moment.
+    unchanged_before: datetime | None = None
 
 
 @frozen
@@ -45,6 +58,9 @@ class StateListing:
 
     summary: StateSummary
     last_write: AuditEvent | None = None
+    #: Its TFE workspace's tags, (key, value) pairs (value empty for a
+    #: plain tag), in the workspace's order.
+    tags: tuple[tuple[str, str], ...] = ()
 
 
 @frozen
@@ -79,6 +95,37 @@ def check_listing(query: StateListQuery) -> None:
         raise BadRequest("offset must not be negative")
     if not 1 <= query.limit <= MAX_PAGE:
         raise BadRequest(f"limit must be between 1 and {MAX_PAGE}")
+    if query.lock is not None and query.lock not in LOCK_FILTERS:
+        raise BadRequest(f"lock must be one of {', '.join(LOCK_FILTERS)}")
+    if query.lock == "stale" and query.stale_before is None:
+        raise BadRequest("a stale-lock filter needs the moment locks turn stale")
+    if query.tag is not None and not query.tag.partition("=")[0]:
+        raise BadRequest("a tag filter is KEY or KEY=VALUE")
+
+
+def tag_parts(tag: str) -> tuple[str, str | None]:
+    """A tag filter's key, and its value (None: any value)."""
+    key, separator, value = tag.partition("=")
+    return key, value if separator else None
+
+
+def passes_filters(summary: StateSummary, tags: Iterable[tuple[str, str]],
+         query: StateListQuery) -> bool:
+    """Whether a listed state passes C{query}'s tag, lock and change filters."""
+    lock = summary.lock
+    if query.lock == "locked" and lock is None:
+        return False
+    if query.lock == "unlocked" and lock is not None:
+        return False
+    if query.lock == "stale" and (lock is None or query.stale_before is None
+                                  or not lock.acquired_at < query.stale_before):
+        return False
+    if query.unchanged_before is not None and not summary.updated_at < query.unchanged_before:
+        return False
+    if query.tag is not None:
+        key, value = tag_parts(query.tag)
+        return any(name == key and (value is None or found == value) for name, found in tags)
+    return True
 
 
 def listed(path: str, query: StateListQuery) -> bool:

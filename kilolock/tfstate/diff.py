@@ -3,14 +3,16 @@ the native lane runs them in a thread for large states.
 
 A diff is resource-level: which instance objects (deposed ones apart) were
 added, removed or changed between two versions, and for a changed one which
-attribute paths differ.  Values come from the redacted projection
-(L{kilolock.tfstate.parse.project_state}); a difference inside a sensitive value is
+attribute paths differ.  Values are redacted as the projection redacts them
+(L{kilolock.tfstate.projection}); a difference inside a sensitive value is
 detected on the raw values but reported only as C{"sensitive": true} at the
 redacted path, never with a value (nor with the structure below it).
 Outputs are compared the same way.
 
 The PostgreSQL store keeps projection rows only for the current version, so
-both versions are parsed from their stored bytes here.
+both versions are parsed from their stored bytes here, and only the objects
+that changed are redacted (a version of thousands of resources is not
+projected whole to find the few that differ).
 """
 
 from __future__ import annotations
@@ -20,8 +22,13 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from attrs import frozen
+
 from kilolock.core.errors import EncryptedState, InvalidState, InvalidText, VersionTooDeep
-from kilolock.tfstate.parse import REDACTED, is_envelope, parse_state, project_state
+from kilolock.core.text import clean_document, clean_text
+from kilolock.tfstate.parse import REDACTED, is_envelope, parse_state
+from kilolock.tfstate.projection import instance_address
+from kilolock.tfstate.redaction import redact, redact_flat, sensitive_paths
 
 #: Steps of an attribute path: a str is a key, an int a list position.
 Path = tuple[str | int, ...]
@@ -146,19 +153,57 @@ def _raw_attributes(instance: dict[str, Any]) -> Any:
     return attributes if attributes is not None else {}
 
 
-#: An instance object of a state: its mode, raw attributes and redacted ones.
-_Object = tuple[str, Any, Any]
+@frozen
+class _Object:
+    """An instance object of a state: its mode, its raw attributes (what
+    the comparison reads), and whether it marks any path sensitive."""
+
+    mode: str
+    raw: Any
+    instance: dict[str, Any]
+    sensitive: bool
+
+    def shown(self) -> Any:
+        """Its attributes as the projection redacts them (the values a diff
+        may show), text a page cannot hold cleaned."""
+        paths = sensitive_paths(self.instance.get("sensitive_attributes"))
+        if not paths:
+            return clean_document(self.raw)
+        if self.instance.get("attributes") is not None:
+            if not isinstance(self.raw, dict):
+                return REDACTED
+            return clean_document(redact(self.raw, paths))
+        if isinstance(self.raw, dict):
+            return clean_document(redact_flat(self.raw, paths))
+        return REDACTED
 
 
 def _objects(doc: dict[str, Any]) -> dict[tuple[str, str | None], _Object]:
     """Every instance object of a state by (address, deposed key), in state
-    order."""
-    projection = project_state(doc)
-    raw = [_raw_attributes(instance)
-           for resource in doc.get("resources") or []
-           for instance in resource.get("instances") or []]
-    return {(row.address, row.deposed): (row.mode, attributes, json.loads(row.attributes))
-            for row, attributes in zip(projection.resources, raw, strict=True)}
+    order: addressed as the projection addresses them
+    (L{kilolock.tfstate.projection.instance_address}), without projecting
+    every value (only a changed object's are ever redacted)."""
+    found: dict[tuple[str, str | None], _Object] = {}
+    for resource in doc.get("resources") or []:
+        if not isinstance(resource, dict):
+            continue
+        mode = resource.get("mode")
+        for instance in resource.get("instances") or []:
+            if not isinstance(instance, dict):
+                continue
+            try:
+                address = instance_address(resource, instance)
+            except ValueError:
+                continue
+            deposed = instance.get("deposed")
+            key = (address, clean_text(deposed) if isinstance(deposed, str) and deposed
+                   else None)
+            found[key] = _Object(str(mode), _raw_attributes(instance), instance,
+                                 bool(instance.get("sensitive_attributes")))
+    return found
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=True).encode
 
 
 def _replaced(mode: str, old: Any, new: Any) -> bool:
@@ -228,16 +273,24 @@ def _diff_states(old_raw: bytes, new_raw: bytes) -> dict[str, Any]:
 
     @raise EncryptedState: either version is an encrypted envelope.
     """
-    old_doc, new_doc = load_document(old_raw), load_document(new_raw)
+    return diff_documents(load_document(old_raw), load_document(new_raw))
+
+
+def diff_documents(old_doc: dict[str, Any], new_doc: dict[str, Any]) -> dict[str, Any]:
+    """L{diff_states} of two loaded documents (L{load_document})."""
     old_objects, new_objects = _objects(old_doc), _objects(new_doc)
     changed = []
-    for key, (mode, raw_new, shown_new) in new_objects.items():
-        if key not in old_objects:
+    for key, new in new_objects.items():
+        old = old_objects.get(key)
+        if old is None:
             continue
-        _, raw_old, shown_old = old_objects[key]
-        changes = _attribute_changes(raw_old, raw_new, shown_old, shown_new)
+        if old.raw == new.raw and _ENCODE(old.raw) == _ENCODE(new.raw):
+            # Equal values of the same JSON types (1, 1.0 and true are equal
+            # to Python, not to JSON): no path differs.
+            continue
+        changes = _attribute_changes(old.raw, new.raw, old.shown(), new.shown())
         if changes:
-            action = "replace" if _replaced(mode, raw_old, raw_new) else "update"
+            action = "replace" if _replaced(new.mode, old.raw, new.raw) else "update"
             changed.append({**_label(key), "action": action, "changes": changes})
     return {
         "lineageChanged": old_doc.get("lineage") != new_doc.get("lineage"),

@@ -182,6 +182,26 @@ def _project_resource(
                     dependencies.append(DependencyRow(address=pair[0], depends_on=pair[1]))
 
 
+def instance_address(resource: dict[str, Any], instance: dict[str, Any]) -> str:
+    """The address of an instance of a resource of a stored state, as its
+    projected row names it (C{module.net.aws_subnet.this["a"]}).
+
+    @raise ValueError: the resource or instance is not of a state's shape.
+    """
+    mode, type_, name = resource.get("mode"), resource.get("type"), resource.get("name")
+    module = resource.get("module") or ""
+    if mode not in ("managed", "data") or not all(isinstance(text, str)
+                                                  for text in (type_, name, module)):
+        raise ValueError("not a resource of a state")
+    base = (f"{module}." if module else "") + ("data." if mode == "data" else "")
+    base += f"{type_}.{name}"
+    try:
+        key = _index_key(instance.get("index_key"), (0, 0))
+    except InvalidState:
+        raise ValueError("not an instance key") from None
+    return clean_text(base + _key_suffix(key)) if key is not None else clean_text(base)
+
+
 def _where(position: int, instance: int | None = None) -> str:
     """Where an entry sits, for error messages: C{resources[2].instances[0]}."""
     where = f"resources[{position}]"

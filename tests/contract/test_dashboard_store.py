@@ -17,6 +17,8 @@ from kilolock.core.events import LOCK_FORCE_RELEASE
 from kilolock.core.model import DEFAULT_TENANT, Principal, StateKey, UiSession
 from kilolock.rules.listing import MAX_PAGE, STATE_SORTS, StateListQuery
 from kilolock.store.interfaces.sessions import ISessionStore
+from kilolock.store.interfaces.tfe import ITFEStore
+from kilolock.tfe.model import Tag
 from tests.support.awaiting import failure_of
 from tests.support.stores import ALICE, ENVELOPE, KEY, FakeClock, lock, upload, write
 from tests.support.stub_client import state_body
@@ -111,11 +113,50 @@ async def test_listing_carries_the_event_that_wrote_the_current_version(
 
 
 @pytest_twisted.ensureDeferred
+async def test_listing_filters_by_tag_lock_and_last_change(store: Any,
+                                                           clock: FakeClock) -> None:
+    """A TFE workspace's tags come with its state and filter the listing (a
+    key matches any value, KEY=VALUE that value); the lock filter keeps
+    states locked, not locked, or locked before the stale moment; the change
+    filter states not written since a moment. Filters combine; the total
+    counts what they keep."""
+    await seed(store, clock)
+    tfe = ITFEStore(store)
+    for name, tags in (("beta", [Tag("network"), Tag("team", "ops")]),
+                       ("delta", [Tag("team", "web")])):
+        workspace = await tfe.tfe_find_workspace(key(name))
+        await tfe.tfe_add_tags(DEFAULT_TENANT, workspace.id, tags, ALICE)
+    page = await store.list_states_page(DEFAULT_TENANT, StateListQuery(tag="team"))
+    assert {listing.summary.key.path: listing.tags for listing in page.listings} == {
+        "beta": (("network", ""), ("team", "ops")), "delta": (("team", "web"),)}
+    assert page.total == 2
+    assert await names(store, tag="team=ops") == ["beta"]
+    assert await names(store, tag="team=") == []
+    assert await names(store, tag="nothing") == []
+    assert await names(store, lock="locked") == ["delta", "zeta-only-lock"]
+    assert await names(store, lock="unlocked") == ["Alpha", "beta", "gamma-Prod", "prod-api",
+                                                   "épsilon"]
+    delta_locked = (await store.get_summary(key("delta"))).lock.acquired_at
+    assert await names(store, lock="stale", stale_before=delta_locked
+                       + timedelta(microseconds=1)) == ["delta"]
+    assert await names(store, lock="stale", stale_before=delta_locked) == []
+    third = (await store.get_summary(key("gamma-Prod"))).updated_at
+    assert await names(store, unchanged_before=third) == ["Alpha", "beta"]
+    assert await names(store, unchanged_before=third, tag="team") == ["beta"]
+    assert await names(store, lock="locked", tag="team") == ["delta"]
+    untagged = (await store.list_states_page(DEFAULT_TENANT, StateListQuery())).listings
+    assert {listing.summary.key.path: listing.tags for listing in untagged}["Alpha"] == ()
+
+
+@pytest_twisted.ensureDeferred
 async def test_listing_refuses_unusable_queries(store: Any) -> None:
-    """An unknown sort, a negative offset, a page of 0 or over the maximum:
-    BadRequest, from both stores."""
+    """An unknown sort, a negative offset, a page of 0 or over the maximum,
+    an unknown lock filter, a stale filter without its moment, a tag filter
+    without a key: BadRequest, from both stores."""
     for query in (StateListQuery(sort="colour"), StateListQuery(offset=-1),
-                  StateListQuery(limit=0), StateListQuery(limit=MAX_PAGE + 1)):
+                  StateListQuery(limit=0), StateListQuery(limit=MAX_PAGE + 1),
+                  StateListQuery(lock="jammed"), StateListQuery(lock="stale"),
+                  StateListQuery(tag="=ops")):
         error = await failure_of(store.list_states_page(DEFAULT_TENANT, query), BadRequest)
         assert error.status == 400, query
 

@@ -55,6 +55,7 @@ from kilolock.rules.listing import (
     StatePage,
     check_listing,
     listed,
+    passes_filters,
     sort_and_page,
     writer_of,
 )
@@ -333,16 +334,19 @@ class MemoryStateStore(proxyForInterface(ITenantStore, "tenants"),  # type: igno
     def list_states_page(self, tenant: str, query: StateListQuery) -> Deferred[StatePage]:
         def select() -> StatePage:
             check_listing(query)
+            summaries = (self._summary(key, state) for key, state in self._states.items()
+                         if key.tenant == tenant and listed(key.path, query))
             page, total = sort_and_page(
-                (self._summary(key, state) for key, state in self._states.items()
-                 if key.tenant == tenant and listed(key.path, query)), query)
+                (summary for summary in summaries
+                 if passes_filters(summary, self.tfe.tags_of(summary.key), query)), query)
             paths = {summary.key.path for summary in page}
             events: dict[str | None, list[AuditEvent]] = {}
             for event in self._events.get(tenant, []):
                 if event.state_path in paths and event.sha256 is not None:
                     events.setdefault(event.state_path, []).append(event)
             return StatePage(tuple(
-                StateListing(summary, writer_of(summary, events.get(summary.key.path, ())))
+                StateListing(summary, writer_of(summary, events.get(summary.key.path, ())),
+                             self.tfe.tags_of(summary.key))
                 for summary in page), total)
 
         return maybeDeferred(select)

@@ -69,6 +69,14 @@ class MemoryTFE(MemoryPart):
 
     # -- workspaces -------------------------------------------------------
 
+    def tags_of(self, key: StateKey) -> tuple[tuple[str, str], ...]:
+        """The tags of the workspace of the state at C{key} (none without
+        one): what a state listing shows and filters by."""
+        found = self._by_key.get(key)
+        if found is None:
+            return ()
+        return tuple((tag.key, tag.value) for tag in self._workspaces[found].tags)
+
     def tfe_find_workspace(self, key: StateKey,
                            adopt: bool = True) -> Deferred[TFEWorkspace | None]:
         found = self._by_key.get(key)

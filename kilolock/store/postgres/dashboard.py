@@ -9,6 +9,7 @@ sorted value sorts first ascending and last descending, ties by path.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from kilolock.rules.listing import (
     StateListQuery,
     StatePage,
     check_listing,
+    tag_parts,
 )
 from kilolock.store.postgres import rows
 from kilolock.store.postgres.rows import EVENT_COLUMNS_LIMITED
@@ -64,7 +66,9 @@ WITH page AS (
 SELECT n.path, n.updated_at, (SELECT count(*) FROM state_versions c WHERE c.state_id = n.id),
        n.info, n.acquired_at, n.lock_principal, v.resource_count,
        v.number, v.serial, v.lineage, v.sha256, v.size, v.created_at, v.principal,
-       v.projected, (SELECT count(*) FROM states s WHERE {where}), w.*
+       v.projected, (SELECT count(*) FROM states s WHERE {where}),
+       (SELECT tw.tags FROM tfe_workspaces tw
+        WHERE tw.tenant_id = %(tenant)s AND tw.path = n.path), w.*
 FROM page n
 LEFT JOIN LATERAL (
     SELECT * FROM state_versions WHERE state_id = n.id ORDER BY number DESC LIMIT 1
@@ -91,6 +95,27 @@ def _where(query: StateListQuery) -> tuple[str, dict[str, Any]]:
     if query.path_prefix is not None:
         conditions.append("starts_with(s.path, %(prefix)s)")
         params["prefix"] = query.path_prefix
+    if query.lock == "locked":
+        conditions.append("EXISTS (SELECT 1 FROM locks lk WHERE lk.state_id = s.id)")
+    elif query.lock == "unlocked":
+        conditions.append("NOT EXISTS (SELECT 1 FROM locks lk WHERE lk.state_id = s.id)")
+    elif query.lock == "stale":
+        conditions.append("EXISTS (SELECT 1 FROM locks lk WHERE lk.state_id = s.id"
+                          " AND lk.acquired_at < %(stale_before)s)")
+        params["stale_before"] = query.stale_before
+    if query.unchanged_before is not None:
+        conditions.append("s.updated_at < %(unchanged_before)s")
+        params["unchanged_before"] = query.unchanged_before
+    if query.tag is not None:
+        key, value = tag_parts(query.tag)
+        condition = ("EXISTS (SELECT 1 FROM tfe_workspaces tw, jsonb_array_elements(tw.tags) t"
+                     " WHERE tw.tenant_id = s.tenant_id AND tw.path = s.path"
+                     " AND t->>0 = %(tag_key)s")
+        params["tag_key"] = key
+        if value is not None:
+            condition += " AND t->>1 = %(tag_value)s"
+            params["tag_value"] = value
+        conditions.append(condition + ")")
     return " AND ".join(conditions), params
 
 
@@ -113,7 +138,9 @@ def select_states_page(query: StateListQuery) -> tuple[str, str, dict[str, Any]]
 def _listing(tenant: str, row: tuple[Any, ...]) -> StateListing:
     (path, updated_at, version_count, info, acquired_at, lock_principal, resource_count,
      *rest) = row
-    version_columns, events = rest[:8], rest[9:]
+    version_columns, tags, events = rest[:8], rest[9], rest[10:]
+    if isinstance(tags, str):
+        tags = json.loads(tags)
     summary = StateSummary(
         key=StateKey(tenant, path),
         current=None if version_columns[0] is None else rows.version(version_columns),
@@ -122,7 +149,8 @@ def _listing(tenant: str, row: tuple[Any, ...]) -> StateListing:
         lock=None if info is None else rows.held_lock((info, acquired_at, lock_principal, None)),
         updated_at=rows.utc(updated_at),
     )
-    return StateListing(summary, None if events[0] is None else rows.event(events))
+    return StateListing(summary, None if events[0] is None else rows.event(events),
+                        tuple((str(key), str(value)) for key, value in tags or ()))
 
 
 _SESSION_COLUMNS = ("id_hash, tenant_id, name, scope, workspace_id, env_public_id, token_id,"

@@ -34,7 +34,7 @@ from kilolock.web.resource import Response
 from kilolock.web.ui import BASE_PATH, format
 from kilolock.web.ui.base import UiResource, Viewer, render_page, template
 from kilolock.web.ui.params import number, state_url, text, with_query
-from kilolock.web.ui.states_page import options
+from kilolock.web.ui.states_page import labelled, options
 
 EVENT_PAGE = 100
 #: Windows of the store read at most for one page when the viewer's scope
@@ -49,7 +49,7 @@ AUDIT_PATH = BASE_PATH + "/audit"
 VERIFY_PATH = AUDIT_PATH + "/verify"
 
 
-def what(event: AuditEvent) -> str:
+def facts(event: AuditEvent) -> list[str]:
     """The event's facts that are not its author: lock, serial, version."""
     detail = format.detail_of(event)
     parts = []
@@ -61,7 +61,8 @@ def what(event: AuditEvent) -> str:
         parts.append(f"serial={event.serial}")
     if event.lock_id:
         parts.append(f"lock={event.lock_id}")
-    return ", ".join(parts) or "—"
+    return parts
+
 
 
 @frozen
@@ -128,8 +129,8 @@ class AuditView(Element):
         shown = self.window.events
         count = "No events on this page."
         if shown:
-            count = (f"{len(shown)} events on this page, seq {shown[0].seq} down to"
-                     f" {shown[-1].seq}.")
+            count = (f"{format.plural(len(shown), 'event')} on this page, seq {shown[0].seq}"
+                     f" down to {shown[-1].seq}.")
         return tag.fillSlots(state=self.filters["state"], by=self.filters["by"], count=count)
 
     @renderer
@@ -157,10 +158,17 @@ class AuditView(Element):
             state: Any = "—"
             if event.state_path is not None:
                 state = tags.a(event.state_path, href=state_url(event.state_path))
-            rows.append(tags.tr(tags.td(str(event.seq), class_="num"),
-                                tags.td(format.when(event.at)), tags.td(event.kind),
-                                tags.td(state), tags.td(format.identity(event)),
-                                tags.td(format.client(event)), tags.td(what(event))))
+            found = facts(event)
+            detail: Any = (tags.ul([tags.li(fact) for fact in found], class_="facts")
+                           if found else "—")
+            rows.append(tags.tr(
+                labelled(tags.td(str(event.seq), class_="num"), "Seq"),
+                labelled(tags.td(tags.time(format.when(event.at),
+                                           datetime=event.at.isoformat())), "When"),
+                labelled(tags.td(event.kind), "Kind"), labelled(tags.td(state), "State"),
+                labelled(tags.td(format.identity(event), class_="who"), "By"),
+                labelled(tags.td(format.client(event)), "Client"),
+                labelled(tags.td(detail, class_="detail"), "Detail")))
         return tag(rows)
 
     @renderer

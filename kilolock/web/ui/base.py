@@ -6,6 +6,7 @@ every failure into an HTML page (never JSON, never a traceback)."""
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
@@ -65,8 +66,12 @@ class Dashboard:
     #: What each version changed, by (tenant, path, number, SHA-256 of the
     #: version, SHA-256 of the one before): versions never change, so a
     #: history page computes each count once per process.
-    change_counts: dict[tuple[str, str, int, str, str], tuple[int, int, int] | None] = field(
-        factory=dict)
+    change_counts: dict[tuple[str, str, int, str, str], Any] = field(factory=dict)
+    #: Versions parsed, and their instance fingerprints, by (tenant, path,
+    #: number, SHA-256): bounded caches (L{kilolock.web.ui.version_reads}).
+    parsed_versions: OrderedDict[tuple[str, str, int, str], Any] = field(factory=OrderedDict)
+    fingerprints: OrderedDict[tuple[str, str, int, str], Any] = field(factory=OrderedDict)
+    secrets: OrderedDict[tuple[str, str, int, str], Any] = field(factory=OrderedDict)
 
     @property
     def open(self) -> bool:

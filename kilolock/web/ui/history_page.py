@@ -1,31 +1,28 @@
-"""A state's history: its versions as a timeline (what each changed, who
-wrote it, when), the diff of any two (L{kilolock.tfstate.diff}, redacted,
-shown side by side), and the download of a version."""
+"""A state's history (C{/ui/states/{state}/-/history}): its versions as a
+timeline, newest first -- which is current, which was a rollback (and to
+what) or a state operation, who wrote each and when (with how long ago),
+what each changed (resources, or only outputs, or nothing) -- and the form
+comparing any two (L{kilolock.web.ui.diff_page})."""
 
 from __future__ import annotations
 
-import json
+from datetime import datetime
 from typing import Any
 
-from attrs import define
-from twisted.web.resource import Resource
+from attrs import define, frozen
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
-from kilolock.core.errors import BadRequest, EncryptedState, VersionNotFound
-from kilolock.core.events import AuditEvent
+from kilolock.core.events import STATE_OPERATION, STATE_ROLLBACK, STATE_WRITE, AuditEvent
 from kilolock.core.model import StateKey, StateVersion
 from kilolock.store.interfaces.states import IStateStore
-from kilolock.tfstate.diff import diff_states
-from kilolock.web.body import in_thread_if_large
 from kilolock.web.resource import Response
 from kilolock.web.ui import BASE_PATH, format
 from kilolock.web.ui.base import Viewer, page_count, pager, render_page, template
-from kilolock.web.ui.headers import SECURITY_HEADERS
 from kilolock.web.ui.params import number, state_url, with_query
-from kilolock.web.ui.secrets import sensitive_values, shows_secret
-from kilolock.web.ui.state_access import NotFoundPage, StatePart
+from kilolock.web.ui.state_access import StatePart
 from kilolock.web.ui.states_page import options
+from kilolock.web.ui.version_reads import FingerprintKey, fingerprints
 
 #: Versions per page of the timeline (each is compared with the one before).
 HISTORY_PAGE = 20
@@ -33,9 +30,8 @@ HISTORY_PAGE = 20
 MAX_CACHED_COUNTS = 10000
 #: Versions offered in the compare form (the latest ones).
 MAX_CHOICES = 500
-#: Changed resources a diff page shows side by side (the JSON diff of the
-#: native API has them all).
-MAX_CHANGED_SHOWN = 200
+#: The kinds of event that write a version.
+WRITING_KINDS = [STATE_WRITE, STATE_ROLLBACK, STATE_OPERATION]
 
 
 async def last_writer(store: IStateStore, key: StateKey) -> AuditEvent | None:
@@ -43,7 +39,8 @@ async def last_writer(store: IStateStore, key: StateKey) -> AuditEvent | None:
     summary = await store.get_summary(key)
     if summary is None or summary.current is None:
         return None
-    return writers(await store.list_events(key.tenant, state_path=key.path)).get(
+    return writers(await store.list_events(key.tenant, state_path=key.path,
+                                           kinds=WRITING_KINDS)).get(
         (summary.current.number, summary.current.sha256))
 
 
@@ -65,16 +62,89 @@ def previous_stored(versions: list[StateVersion], number_: int) -> int | None:
                default=None)
 
 
-def counts(diff: dict[str, Any]) -> tuple[int, int, int]:
-    """(+added, ~changed, \u2212removed) resources of a diff."""
-    resources = diff["resources"]
-    return len(resources["added"]), len(resources["changed"]), len(resources["removed"])
+@frozen
+class Changes:
+    """What a version changed against the stored one before it: resource
+    instances and outputs added, changed, removed."""
+
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    outputs_added: int = 0
+    outputs_changed: int = 0
+    outputs_removed: int = 0
+
+    @classmethod
+    def of(cls, diff: dict[str, Any]) -> Changes:
+        resources, outputs = diff["resources"], diff["outputs"]
+        return cls(len(resources["added"]), len(resources["changed"]),
+                   len(resources["removed"]), len(outputs["added"]), len(outputs["changed"]),
+                   len(outputs["removed"]))
+
+    @classmethod
+    def between(cls, old: dict[FingerprintKey, int], new: dict[FingerprintKey, int]) -> Changes:
+        """The changes from one version's fingerprints to another's."""
+        counts = {"resource": [0, 0, 0], "output": [0, 0, 0]}
+        for key, digest in new.items():
+            before = old.get(key)
+            if before is None:
+                counts[key[0]][0] += 1
+            elif before != digest:
+                counts[key[0]][1] += 1
+        for key in old.keys() - new.keys():
+            counts[key[0]][2] += 1
+        return cls(*counts["resource"], *counts["output"])
+
+    @property
+    def resources(self) -> int:
+        return self.added + self.changed + self.removed
+
+    @property
+    def outputs(self) -> int:
+        return self.outputs_added + self.outputs_changed + self.outputs_removed
+
+    def describe(self) -> list[Any]:
+        """The counts that are not zero, of resource instances then of
+        outputs (C{+300 added resource instances; ~1 changed output}); a
+        version that changed outputs only says so; one that changed neither
+        (a refresh, a serial bump) says that."""
+        if not self.resources and not self.outputs:
+            return [tags.span("No resource or output changed", class_="quiet")]
+        parts: list[Any] = []
+        if not self.resources:
+            parts += [tags.span("Outputs only", class_="badge outputs"), " "]
+        for group, (total, noun, counts) in enumerate((
+                (self.resources, "resource instance", (self.added, self.changed, self.removed)),
+                (self.outputs, "output", (self.outputs_added, self.outputs_changed,
+                                          self.outputs_removed)))):
+            if not total:
+                continue
+            if group and self.resources:
+                parts.append("; ")
+            for count, sign, word, kind in zip(counts, ("+", "~", "\u2212"),
+                                               ("added", "changed", "removed"),
+                                               ("added", "changed", "removed"), strict=True):
+                if count:
+                    parts += [tags.span(f"{sign}{count:,} {word}", class_=kind), " "]
+            parts.append(format.noun(total, noun))
+        return parts
 
 
-def is_replacement(change: dict[str, Any]) -> bool:
-    """A changed resource whose C{id} changed was replaced (destroyed and
-    created again), not updated in place."""
-    return any(item.get("path") == "id" for item in change["changes"])
+def made_by(event: AuditEvent | None) -> Tag | str:
+    """What kind of write made a version: a rollback (to which version), a
+    state operation (which), or nothing said for an ordinary write."""
+    if event is None:
+        return ""
+    detail = format.detail_of(event)
+    if event.kind == STATE_ROLLBACK:
+        restored = detail.get("restored_version")
+        return tags.span(f"rollback to version {restored}" if isinstance(restored, int)
+                         else "rollback", class_="badge rollback")
+    if event.kind == STATE_OPERATION:
+        kind = detail.get("operation_kind")
+        return tags.span(f"kl state {kind}" if isinstance(kind, str) else "state operation",
+                         class_="badge operation")
+    return ""
 
 
 @define(slots=False, eq=False)
@@ -84,13 +154,15 @@ class HistoryView(Element):
     key: StateKey
     versions: list[StateVersion]
     current_page: int
-    changes: dict[int, tuple[int, int, int] | None]
+    changes: dict[int, Changes | None]
     by_version: dict[tuple[int, str | None], AuditEvent]
+    now: datetime
 
     @renderer
     def page(self, request: Request, tag: Tag) -> Tag:
+        count = format.plural(len(self.versions), "version")
         return tag.fillSlots(state_url=state_url(self.key.path),
-                             diff_url=state_url(self.key.path, "diff"))
+                             diff_url=state_url(self.key.path, "diff"), count=count)
 
     @renderer
     def from_options(self, request: Request, tag: Tag) -> Tag:
@@ -109,35 +181,52 @@ class HistoryView(Element):
     def timeline(self, request: Request, tag: Tag) -> Tag:
         newest = self.versions[::-1]
         start = (self.current_page - 1) * HISTORY_PAGE
-        items = []
-        for version in newest[start:start + HISTORY_PAGE]:
-            event = self.by_version.get((version.number, version.sha256))
-            counted = self.changes.get(version.number)
-            change: Any = "not readable (encrypted)" if counted is None else [
-                tags.span(f"+{counted[0]} added", class_="added"), " ",
-                tags.span(f"~{counted[1]} changed", class_="changed"), " ",
-                tags.span(f"\u2212{counted[2]} removed", class_="removed")]
-            links: list[Any] = [tags.a(f"Download version {version.number}",
-                                       href=state_url(self.key.path,
-                                                      f"versions/{version.number}"))]
-            before = previous_stored(self.versions, version.number)
+        current = self.versions[-1].number if self.versions else None
+        return tag([self.item(version, version.number == current)
+                    for version in newest[start:start + HISTORY_PAGE]]
+                   or [tags.li("No versions yet.")])
+
+    def item(self, version: StateVersion, current: bool) -> Tag:
+        path = self.key.path
+        event = self.by_version.get((version.number, version.sha256))
+        heading: list[Any] = [f"Version {version.number}"]
+        if current:
+            heading += [" ", tags.span("current", class_="badge current")]
+        kind = made_by(event)
+        if kind:
+            heading += [" ", kind]
+        counted = self.changes.get(version.number)
+        change: Any = ("Not readable by the server (an OpenTofu encrypted state)."
+                       if counted is None else counted.describe())
+        links: list[Any] = []
+        before = previous_stored(self.versions, version.number)
+        if version.pruned_at is not None:  # a tombstone: no bytes to show
+            change = tags.span(f"Bytes pruned {format.when(version.pruned_at)}: "
+                               f"{version.prune_reason}", class_="masked tombstone")
+        else:
+            links.append(tags.a(f"Resources of version {version.number}",
+                                href=state_url(path, f"versions/{version.number}")))
             if before is not None:
-                links = [tags.a(f"Diff with version {before}", href=with_query(
-                    state_url(self.key.path, "diff"),
-                    {"from": before, "to": version.number})), " · ", *links]
-            if version.pruned_at is not None:  # a tombstone: no bytes to show
-                change = tags.span(f"Bytes pruned {format.when(version.pruned_at)}: "
-                                   f"{version.prune_reason}", class_="masked tombstone")
-                links = []
-            items.append(tags.li(
-                tags.h2(f"Version {version.number}", class_="version"),
-                tags.p(f"serial {version.serial} · ", format.size(version.size), " · ",
-                       tags.time(format.when(version.created_at),
-                                 datetime=version.created_at.isoformat())),
-                tags.p("by ", format.identity(event) if event is not None
-                       else version.principal, " from ", format.client(event)),
-                tags.p(change), tags.p(links), value=str(version.number)))
-        return tag(items or [tags.li("No versions yet.")])
+                links.append(tags.a(f"Diff with version {before}", href=with_query(
+                    state_url(path, "diff"), {"from": before, "to": version.number})))
+            links += [tags.a("JSON", href=state_url(path, f"versions/{version.number}/json"),
+                             **{"aria-label": f"JSON of version {version.number}"}),
+                      tags.a("Download", href=state_url(
+                          path, f"versions/{version.number}/download"),
+                          **{"aria-label": f"Download version {version.number}"})]
+        who = format.identity(event) if event is not None else version.principal
+        return tags.li(
+            tags.h2(heading, class_="version"),
+            tags.p(tags.time(format.when(version.created_at),
+                             datetime=version.created_at.isoformat()),
+                   " ", tags.span(f"({format.ago(version.created_at, self.now)})",
+                                  class_="ago"),
+                   f" · serial {version.serial} · ", format.size(version.size)),
+            tags.p("by ", tags.strong(who), " from ", format.client(event)),
+            tags.p(change, class_="changes"),
+            tags.p([[" · " if index else "", link] for index, link in enumerate(links)],
+                   class_="links") if links else "",
+            value=str(version.number), class_="current" if current else "")
 
     @renderer
     def pager(self, request: Request, tag: Tag) -> Tag:
@@ -159,7 +248,7 @@ class HistoryPage(StatePart):
         page = number(request, "page", 1, page_count(len(versions), HISTORY_PAGE))
         newest = versions[::-1][(page - 1) * HISTORY_PAGE:page * HISTORY_PAGE]
         by_number = {version.number: version for version in versions}
-        changes: dict[int, tuple[int, int, int] | None] = {}
+        changes: dict[int, Changes | None] = {}
         for version in newest:
             if version.pruned:
                 continue
@@ -171,188 +260,23 @@ class HistoryPage(StatePart):
             if cache_key not in cache:
                 if len(cache) >= MAX_CACHED_COUNTS:
                     cache.clear()
-                cache[cache_key] = await self.changed(key, version.number, number_before)
+                cache[cache_key] = await self.changed(key, version, before)
             changes[version.number] = cache[cache_key]
-        events = await self.lane.store.list_events(key.tenant, state_path=key.path)
-        view = HistoryView(key, versions, page, changes, writers(events))
+        events = await self.lane.store.list_events(key.tenant, state_path=key.path,
+                                                   kinds=WRITING_KINDS)
+        view = HistoryView(key, versions, page, changes, writers(events),
+                           self.dashboard.sessions.now())
         return await render_page(request, self.dashboard, viewer, f"History of {key.path}", view,
                                  section=BASE_PATH + "/")
 
-    async def changed(self, key: StateKey, number_: int,
-                      before: int | None) -> tuple[int, int, int] | None:
-        """What version C{number_} changed against version C{before} (the
-        stored one before it; None: the first, which added everything it
-        holds).  None: unreadable."""
-        new = await self.lane.store.read_version(key, number_)
+    async def changed(self, key: StateKey, version: StateVersion,
+                      before: StateVersion | None) -> Changes | None:
+        """What C{version} changed against C{before} (the stored one before
+        it; None: the first, which added everything it holds), from their
+        fingerprints (L{kilolock.web.ui.version_reads}).  None: unreadable."""
+        new = await fingerprints(self.lane, self.dashboard.fingerprints, key, version)
         if new is None:
             return None
-        old = None if before is None else await self.lane.store.read_version(key, before)
-        try:
-            diff = await in_thread_if_large(self.lane.reactor, len(new) + len(old or b""),
-                                            diff_states, old or _EMPTY, new)
-        except EncryptedState:
-            return None
-        return counts(diff)
-
-
-_EMPTY = b'{"version": 4, "serial": 0, "lineage": "", "resources": [], "outputs": {}}'
-
-
-def value_text(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
-
-
-@define(slots=False, eq=False)
-class DiffView(Element):
-    loader = template("diff")
-
-    key: StateKey
-    diff: dict[str, Any]
-    since: int
-    to: int
-    summary: str
-    secrets: frozenset[str] = frozenset()
-
-    @renderer
-    def page(self, request: Request, tag: Tag) -> Tag:
-        return tag.fillSlots(history_url=state_url(self.key.path, "history"),
-                             summary=self.summary)
-
-    @renderer
-    def changes(self, request: Request, tag: Tag) -> list[Any]:
-        resources = self.diff["resources"]
-        parts: list[Any] = []
-        if self.diff["lineageChanged"]:
-            parts.append(tags.p("The lineage changed: these are different states.",
-                                class_="warning"))
-        for title, kind, items in (("Added", "added", resources["added"]),
-                                   ("Removed", "removed", resources["removed"])):
-            if items:
-                sign = "+" if kind == "added" else "\u2212"
-                parts += [tags.h2(f"{title} resources"),
-                          tags.ul([tags.li(f"{sign} ", tags.code(item["address"]),
-                                           class_=kind) for item in items])]
-        changed = resources["changed"]
-        if len(changed) > MAX_CHANGED_SHOWN:
-            parts.append(tags.p(
-                f"{len(changed)} resources changed; the first {MAX_CHANGED_SHOWN} are shown."
-                " The whole diff: ", tags.code(f"GET /v1/native/states/{self.key.path}/-/diff"
-                                               f"?from={self.since}&to={self.to}"),
-                " or ", tags.code(f"kl state diff {self.key.path} {self.since} {self.to}"), ".",
-                class_="warning"))
-        for change in changed[:MAX_CHANGED_SHOWN]:
-            replaced = is_replacement(change)
-            label = "replaced" if replaced else "changed"
-            parts.append(tags.section(
-                tags.h2(tags.code(change["address"]), " ",
-                        tags.span("\u2212/+ replaced" if replaced else "~ changed",
-                                  class_=f"badge {label}")),
-                self.table(change["changes"], f"Attributes of {change['address']}"),
-                class_=f"resource-diff {label}"))
-        outputs = self.diff["outputs"]
-        rows = ([{"path": name, "after": "(added)"} for name in outputs["added"]]
-                + [{"path": name, "before": "(removed)"} for name in outputs["removed"]]
-                + [{**item, "path": item["name"]} for item in outputs["changed"]])
-        if rows:
-            parts += [tags.h2("Outputs"), self.table(rows, "Outputs")]
-        return parts or [tags.p("No resource or output changed.")]
-
-    def table(self, changes: list[dict[str, Any]], caption: str) -> Tag:
-        rows = []
-        for item in changes:
-            if item.get("sensitive"):
-                before: Any = tags.span("(sensitive)", class_="masked")
-                after: Any = tags.span("(sensitive value changed)", class_="masked")
-            else:
-                before, after = self.shown(item, "before"), self.shown(item, "after")
-            rows.append(tags.tr(tags.th(tags.code(item["path"]), scope="row"),
-                                tags.td(before, class_="before"),
-                                tags.td(after, class_="after")))
-        return tags.table(tags.caption(caption),
-                          tags.thead(tags.tr(tags.th("Attribute", scope="col"),
-                                             tags.th(f"Version {self.since}", scope="col"),
-                                             tags.th(f"Version {self.to}", scope="col"))),
-                          tags.tbody(rows), class_="diff")
-
-
-    def shown(self, item: dict[str, Any], side: str) -> Any:
-        """One side of a change: its value, unless it holds a sensitive one."""
-        if side not in item:
-            return "\u2014"
-        text = value_text(item[side])
-        if shows_secret(text, self.secrets):
-            return tags.span("(sensitive)", class_="masked")
-        return tags.pre(text)
-
-
-def diff_and_secrets(old: bytes, new: bytes) -> tuple[dict[str, Any], frozenset[str]]:
-    """The redacted diff of two versions, and the values they mark sensitive."""
-    return diff_states(old, new), sensitive_values(old) | sensitive_values(new)
-
-
-class DiffPage(StatePart):
-    """C{GET /ui/states/{state}/-/diff?from=&to=}: two versions side by side."""
-
-    route = BASE_PATH + "/states/{state}/-/diff"
-
-    async def show(self, request: Request, viewer: Viewer) -> Response:
-        key = self.key(request, viewer)
-        summary = await self.summary(key)
-        if summary.current is None:
-            raise VersionNotFound("the state has no version yet")
-        latest = summary.current.number
-        to = number(request, "to", latest, 2**31)
-        before = previous_stored(await self.lane.store.list_versions(key), to)
-        since = number(request, "from", before or max(1, to - 1), 2**31)
-        old = await self.lane.store.read_version(key, since)
-        new = await self.lane.store.read_version(key, to)
-        if old is None or new is None:
-            raise BadRequest(f"the state has versions 1 to {latest}")
-        try:
-            diff, secrets = await in_thread_if_large(self.lane.reactor, len(old) + len(new),
-                                                     diff_and_secrets, old, new)
-        except EncryptedState:
-            raise BadRequest("one of these versions is an OpenTofu encrypted state: the"
-                             " server cannot read it") from None
-        added, changed, removed = counts(diff)
-        view = DiffView(key, diff, since, to,
-                        f"+{added} added, ~{changed} changed, \u2212{removed} removed", secrets)
-        return await render_page(request, self.dashboard, viewer,
-                                 f"{key.path}: version {since} → {to}", view,
-                                 section=BASE_PATH + "/")
-
-
-class VersionDownload(StatePart):
-    """C{GET /ui/states/{state}/-/versions/{n}}: the version's exact bytes, as
-    a file (for a principal that may read the state)."""
-
-    route = BASE_PATH + "/states/{state}/-/versions/{n}"
-
-    def __init__(self, dashboard: Any, segments: tuple[str, ...], number_: int) -> None:
-        super().__init__(dashboard, segments)
-        self.number = number_
-
-    async def show(self, request: Request, viewer: Viewer) -> Response:
-        key = self.key(request, viewer)
-        await self.summary(key)
-        raw = await self.lane.store.read_version(key, self.number)
-        if raw is None:
-            raise VersionNotFound(f"the state has no version {self.number}")
-        name = key.path.rsplit("/", 1)[-1]
-        filename = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-        return Response(200, raw, b"application/json", {
-            **SECURITY_HEADERS, b"Cache-Control": b"no-store",
-            b"Content-Disposition": f'attachment; filename="{filename}-v{self.number}'
-                                    f'.tfstate"'.encode()})
-
-
-class VersionsFolder(StatePart):
-    """C{/ui/states/{state}/-/versions}: the versions by number."""
-
-    def child(self, segment: str) -> Resource:
-        if not segment.isdigit() or not 1 <= int(segment) < 2**31:
-            return NotFoundPage(self.dashboard)
-        return VersionDownload(self.dashboard, self.segments, int(segment))
-
-    async def show(self, request: Request, viewer: Viewer) -> Response:
-        raise VersionNotFound("name a version")
+        old = {} if before is None else await fingerprints(
+            self.lane, self.dashboard.fingerprints, key, before)
+        return Changes.between(old or {}, new)

@@ -66,3 +66,9 @@ def with_query(path: str, parameters: Mapping[str, object]) -> str:
     kept = {name: str(value) for name, value in parameters.items()
             if value not in (None, "")}
     return f"{path}?{urlencode(kept)}" if kept else path
+
+
+def resource_url(path: str, address: str, version: int | None = None) -> str:
+    """The page of the resource (instance) at C{address} of the state at
+    C{path}: in the current version, or in C{version}."""
+    return with_query(state_url(path, "resource"), {"address": address, "version": version})

@@ -12,9 +12,10 @@ from kilolock.core.errors import BadRequest
 from kilolock.rules.resources import ResourceMatch, ResourceQuery
 from kilolock.rules.scope import scope_prefix
 from kilolock.web.resource import Response
-from kilolock.web.ui import BASE_PATH
+from kilolock.web.ui import BASE_PATH, format
 from kilolock.web.ui.base import UiResource, Viewer, render_page, template
-from kilolock.web.ui.params import state_url, text
+from kilolock.web.ui.params import resource_url, state_url, text
+from kilolock.web.ui.states_page import labelled
 
 #: The most results a search shows.
 SEARCH_LIMIT = 200
@@ -34,19 +35,24 @@ class SearchView(Element):
         elif len(self.matches) >= SEARCH_LIMIT:
             count = f"The first {SEARCH_LIMIT} resources found (narrow the search for more)."
         else:
-            count = f"{len(self.matches)} resources found."
+            count = f"{format.plural(len(self.matches), 'resource')} found."
         return tag.fillSlots(count=count, **self.fields)
 
     @renderer
     def results(self, request: Request, tag: Tag) -> Tag:
         if not self.matches:
             return tag(tags.tr(tags.td("Nothing found.", colspan="5")))
-        return tag([tags.tr(tags.td(tags.a(match.state_path, href=state_url(match.state_path))),
-                            tags.th(tags.code(match.resource.address), scope="row"),
-                            tags.td(match.resource.type),
-                            tags.td(match.resource.module or "(root)"),
-                            tags.td(match.resource.provider))
-                    for match in self.matches])
+        return tag([tags.tr(
+            labelled(tags.td(tags.a(match.state_path, href=state_url(match.state_path))),
+                     "State"),
+            labelled(tags.th(tags.a(tags.code(match.resource.address, class_="address"),
+                                    href=resource_url(match.state_path,
+                                                      match.resource.address)),
+                             scope="row"), "Address"),
+            labelled(tags.td(tags.code(match.resource.type)), "Type"),
+            labelled(tags.td(match.resource.module or "(root)"), "Module"),
+            labelled(tags.td(format.provider(match.resource.provider)), "Provider"))
+            for match in self.matches])
 
 
 class SearchPage(UiResource):

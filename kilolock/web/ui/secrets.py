@@ -57,6 +57,11 @@ def sensitive_values(raw: bytes) -> frozenset[str]:
         return frozenset()
     if not isinstance(doc, dict):
         return frozenset()
+    return sensitive_values_of(doc)
+
+
+def sensitive_values_of(doc: dict[str, Any]) -> frozenset[str]:
+    """L{sensitive_values} of a decoded state."""
     found: set[str] = set()
     outputs = doc.get("outputs")
     for output in outputs.values() if isinstance(outputs, dict) else ():

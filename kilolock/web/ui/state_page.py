@@ -12,9 +12,10 @@ from twisted.web.resource import Resource
 from twisted.web.server import Request
 from twisted.web.template import Element, Tag, renderer, tags
 
-from kilolock.core.conditions import state_conditions, state_ready
 from kilolock.core.events import AuditEvent
 from kilolock.core.model import Projection, ResourceRow, StateKey, StateSummary
+from kilolock.store.interfaces.tfe import ITFEStore
+from kilolock.tfe.model import Tag as WorkspaceTag
 from kilolock.web.resource import Response
 from kilolock.web.ui import BASE_PATH, format
 from kilolock.web.ui.backend_blocks import (
@@ -24,12 +25,18 @@ from kilolock.web.ui.backend_blocks import (
     http_backend_block,
 )
 from kilolock.web.ui.base import Viewer, page_count, pager, render_page, template
-from kilolock.web.ui.graph import build_graph, draw
-from kilolock.web.ui.history_page import DiffPage, HistoryPage, VersionsFolder, last_writer
+from kilolock.web.ui.diff_page import DiffPage
+from kilolock.web.ui.graph import build_graph
+from kilolock.web.ui.graph_view import graph_section
+from kilolock.web.ui.history_page import HistoryPage, last_writer
 from kilolock.web.ui.params import number, state_url, text, with_query
+from kilolock.web.ui.resource_page import ResourcePage
+from kilolock.web.ui.resource_table import output_rows, resource_rows
 from kilolock.web.ui.state_access import NotFoundPage, PagesBelow, StatePart
 from kilolock.web.ui.states_page import options
 from kilolock.web.ui.unlock import UnlockPage
+from kilolock.web.ui.version_page import VersionsFolder
+from kilolock.web.ui.version_reads import current_secrets
 
 #: Resources shown per page.
 RESOURCE_PAGE = 100
@@ -68,6 +75,8 @@ class StateView(Element):
     can_unlock: bool
     now: datetime
     writer: AuditEvent | None
+    secrets: frozenset[str] = frozenset()
+    tags_: tuple[WorkspaceTag, ...] = ()
     #: The Terraform version that wrote the state, when its event says.
     terraform_version: str | None = field(init=False)
     #: The resources the filter in C{wanted} lets through.
@@ -93,23 +102,25 @@ class StateView(Element):
     def summary(self, request: Request, tag: Tag) -> Tag:
         summary = self.state
         current = summary.current
-        conditions = state_conditions(summary, self.now)
+        written: Any = "no version yet"
+        if current is not None:
+            written = [tags.time(format.when(current.created_at),
+                                 datetime=current.created_at.isoformat()),
+                       f" ({format.ago(current.created_at, self.now)}) by ",
+                       format.identity(self.writer) if self.writer else current.principal,
+                       " from ", format.client(self.writer)]
         items: list[tuple[str, Any]] = [
             ("Serial", "—" if current is None else str(current.serial)),
             ("Versions", str(summary.version_count)),
-            ("Last write", "no version yet" if current is None else
-             f"{format.when(current.created_at)} by "
-             f"{format.identity(self.writer) if self.writer else current.principal}"
-             f" from {format.client(self.writer)}"),
+            ("Last write", written),
             ("Lineage", "—" if current is None else current.lineage),
             ("Size", format.size(None if current is None else current.size)),
             ("Terraform", self.terraform_version or "—"),
-            ("Resources", str(summary.resource_count) if self.projection is not None else "—"),
-            ("Ready", "yes" if state_ready(conditions) else "no"),
+            ("Resources", f"{summary.resource_count:,}" if self.projection is not None
+             else "—"),
         ]
-        items += [(f"Condition {condition.type}",
-                   f"{condition.status} ({condition.reason}): {condition.message}")
-                  for condition in conditions]
+        if self.tags_:
+            items.append(("Tags", tag_list(self.tags_)))
         if current is not None and not current.projected:
             items.append(("Encryption", tags.span("encrypted (OpenTofu)",
                                                   class_="badge encrypted")))
@@ -119,20 +130,27 @@ class StateView(Element):
     def lock(self, request: Request, tag: Tag) -> Tag:
         lock = self.state.lock
         if lock is None:
-            return tag(tags.p("Not locked."), class_="lock")
+            return tag(tags.p("Not locked."), class_="lock free")
         seconds = format.lock_age(lock, self.now)
         stale = format.is_stale(lock, self.now)
-        held = tags.p("Locked by ", tags.strong(lock.info.who or lock.principal),
-                      f" for {lock.info.operation or 'an operation'} since"
-                      f" {format.when(lock.acquired_at)} ({format.age(seconds)}), lock ID ",
-                      tags.code(lock.info.id), ".")
+        who = tags.strong(lock.info.who or lock.principal)
+        operation = lock.info.operation or "an operation"
         if stale:
-            held(" ", tags.strong("This lock looks stale.", class_="stale"))
+            held = tags.p(tags.strong("Stale lock: "), "held for ", format.age(seconds),
+                          " by ", who, f" for {operation} (since {format.when(lock.acquired_at)}),"
+                          " lock ID ", tags.code(lock.info.id),
+                          ". A run that left it behind (a crashed CI job) keeps every"
+                          " other run out.")
+        else:
+            held = tags.p("Locked by ", who, f" for {operation} since"
+                          f" {format.when(lock.acquired_at)} ({format.age(seconds)}), lock ID ",
+                          tags.code(lock.info.id), ": a run is working on it.")
         parts: list[Any] = [held]
         if self.can_unlock:
             parts.append(tags.p(tags.a("Force-unlock…", href=state_url(self.path, "unlock"),
-                                       class_="button danger")))
-        return tag(parts, class_="lock held stale" if stale else "lock held")
+                                       class_="button danger" if stale else "button")))
+        return tag(parts, class_="lock held stale" if stale else "lock held",
+                   role="alert" if stale else "status")
 
     @renderer
     def resource_filters(self, request: Request, tag: Tag) -> Tag:
@@ -157,8 +175,10 @@ class StateView(Element):
     @renderer
     def provider_options(self, request: Request, tag: Tag) -> Tag:
         rows = self.projection.resources if self.projection is not None else ()
+        choices = self._choices("provider", {row.provider for row in rows})
         return tag(options(self.wanted["provider"],
-                           self._choices("provider", {row.provider for row in rows})))
+                           {value: format.provider(label) if value else label
+                            for value, label in choices.items()}))
 
     @renderer
     def resource_count(self, request: Request, tag: Tag) -> Tag:
@@ -166,21 +186,12 @@ class StateView(Element):
             return tag("The current version is not readable by the server"
                        " (an OpenTofu encrypted state, or no version yet).")
         total = len(self.projection.resources)
-        return tag(f"{len(self.found)} of {total} resource instances.")
+        return tag(f"{len(self.found):,} of {format.plural(total, 'resource instance')}.")
 
     @renderer
     def resources(self, request: Request, tag: Tag) -> Tag:
         start = (self.current_page - 1) * RESOURCE_PAGE
-        shown = self.found[start:start + RESOURCE_PAGE]
-        if not shown:
-            return tag(tags.tr(tags.td("No resources.", colspan="5")))
-        # Attribute values are not shown: Terraform does not mark every path
-        # that holds a sensitive value (terraform_data's output copies a
-        # sensitive input unmarked); the search finds resources by them.
-        return tag([tags.tr(tags.th(tags.code(row.address), scope="row"), tags.td(row.type),
-                            tags.td(row.module or "(root)"), tags.td(row.provider),
-                            tags.td("deposed " + row.deposed if row.deposed else "current"))
-                    for row in shown])
+        return tag(resource_rows(self.path, self.found[start:start + RESOURCE_PAGE], None))
 
     @renderer
     def resource_pager(self, request: Request, tag: Tag) -> Tag:
@@ -191,18 +202,7 @@ class StateView(Element):
     @renderer
     def outputs(self, request: Request, tag: Tag) -> Tag:
         outputs = self.projection.outputs if self.projection is not None else ()
-        if not outputs:
-            return tag(tags.tr(tags.td("No outputs.", colspan="3")))
-        rows = []
-        for output in outputs:
-            # A sensitive output's value is never read here: the projection
-            # holds none, and nothing else is sent.
-            value: Any = (tags.span("(sensitive)", class_="masked") if output.sensitive
-                          else tags.pre(format.json_text(output.value)))
-            rows.append(tags.tr(tags.th(output.name, scope="row"),
-                                tags.td(tags.code(format.json_text(output.type))),
-                                tags.td(value)))
-        return tag(rows)
+        return tag(output_rows(outputs, self.secrets))
 
     @renderer
     def graph(self, request: Request, tag: Tag) -> Tag:
@@ -211,11 +211,7 @@ class StateView(Element):
         graph = build_graph(self.projection.resources, self.projection.dependencies)
         if graph is None:
             return tag(tags.p("Too many modules to draw; see the list of dependencies."))
-        note = ("" if graph.level == "resource" else
-                "Drawn by module (too many resources to draw one by one). ")
-        return tag(tags.p(note + "An arrow points from what is depended on to what"
-                                 " depends on it."),
-                   tags.div(draw(graph, f"Dependencies of {self.path}"), class_="scroll"))
+        return tag(graph_section(graph, self.path))
 
     @renderer
     def dependencies(self, request: Request, tag: Tag) -> Tag:
@@ -267,11 +263,18 @@ class StatePage(StatePart):
         projection = await self.lane.store.get_projection(key)
         can_unlock = viewer.principal.can_write
         blocks = self.blocks(request, key, viewer)
+        secrets = frozenset[str]()
+        if summary.current is not None and projection is not None and projection.outputs:
+            secrets = await current_secrets(self.lane, self.dashboard.secrets, key,
+                                            summary.current)
+        tfe = ITFEStore(self.lane.store, None)
+        workspace = None if tfe is None else await tfe.tfe_find_workspace(key, adopt=False)
         view = StateView(summary, projection, resource_filter(request),
                          number(request, "page", 1, 10**6), blocks, can_unlock,
-                         self.dashboard.sessions.now(), await last_writer(self.lane.store, key))
+                         self.dashboard.sessions.now(), await last_writer(self.lane.store, key),
+                         secrets, () if workspace is None else workspace.tags)
         return await render_page(request, self.dashboard, viewer, f"State {key.path}", view,
-                                 section=BASE_PATH + "/")
+                                 section=BASE_PATH + "/", heading=key.path)
 
     def blocks(self, request: Request, key: StateKey, viewer: Viewer) -> list[tuple[str, str]]:
         base = base_url(request)
@@ -288,7 +291,14 @@ class StatePage(StatePart):
 #: What follows C{{state}/-/}.
 PARTS: dict[str, type[StatePart]] = {
     "history": HistoryPage,
+    "resource": ResourcePage,
     "diff": DiffPage,
     "versions": VersionsFolder,
     "unlock": UnlockPage,
 }
+
+
+def tag_list(found: tuple[WorkspaceTag, ...]) -> Tag:
+    """Workspace tags as chips: C{key}, or C{key=value}."""
+    return tags.ul([tags.li(tag.key + (f"={tag.value}" if tag.value else ""), class_="chip")
+                    for tag in found], class_="chips", **{"aria-label": "Tags"})

@@ -19,7 +19,7 @@ from kilolock.web.ui.audit_page import EVENT_PAGE, MAX_WINDOWS, event_window
 from tests.support.ui_support import DashboardSite
 
 EVENTS = 2_500
-_SEQ_CELL = re.compile(rb'<td class="num">(\d+)</td>')
+_SEQ_CELL = re.compile(rb'<td class="num"[^>]*>(\d+)</td>')
 _LINK = re.compile(rb'<a (?:rel="(?:prev|next)" )?href="([^"]+)"[^>]*>([A-Za-z ]+ events)</a>')
 
 

@@ -386,15 +386,21 @@ def test_the_diff_masks_unmarked_copies_of_sensitive_values() -> None:
 
 
 def test_a_version_downloads_as_a_file() -> None:
-    """A version's exact bytes, as an attachment, never cached."""
+    """A version's exact bytes, as an attachment, never cached, below its
+    page; an unknown version is a 404 page."""
     site = DashboardSite()
     site.api("POST", "/v1/states/app", state_body(7))
-    reply = site.browser().get("/ui/states/app/-/versions/1")
+    reply = site.browser().get("/ui/states/app/-/versions/1/download")
     assert reply.status == 200
     assert reply.body == state_body(7)
     assert reply.header(b"content-disposition") == b'attachment; filename="app-v1.tfstate"'
     assert reply.header(b"cache-control") == b"no-store"
-    assert site.browser().get("/ui/states/app/-/versions/2").status == 404
+    page = site.browser().get("/ui/states/app/-/versions/1")
+    assert page.status == 200 and page.header(b"content-type").startswith(b"text/html")
+    assert b"/ui/states/app/-/versions/1/download" in page.body
+    for missing in ("/ui/states/app/-/versions/2", "/ui/states/app/-/versions/2/download",
+                    "/ui/states/app/-/versions/2/json", "/ui/states/app/-/versions/1/other"):
+        assert site.browser().get(missing).status == 404, missing
 
 
 def test_the_cookie_is_secure_behind_a_trusted_tls_proxy() -> None:

@@ -62,10 +62,13 @@ def test_the_diff_defaults_to_the_stored_version_before() -> None:
 
 
 def test_a_tombstones_pages_are_410_not_errors() -> None:
-    """Its download and a diff naming it are a 410 page."""
+    """Its page, its JSON, its download, its resources and a diff naming
+    it are a 410 page."""
     site = DashboardSite()
     with_history(site)
-    for path in ("/ui/states/app/-/versions/3", "/ui/states/app/-/diff?from=3&to=4"):
+    for path in ("/ui/states/app/-/versions/3", "/ui/states/app/-/versions/3/download",
+                 "/ui/states/app/-/versions/3/json", "/ui/states/app/-/diff?from=3&to=4",
+                 "/ui/states/app/-/resource?address=terraform_data.a&version=3"):
         reply = site.browser().get(path)
         assert reply.status == 410, (path, reply.status)
         assert b"only its tombstone is left" in reply.body
