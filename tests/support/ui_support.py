@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -75,9 +76,11 @@ class DashboardSite:
 
     def __init__(self, auth_mode: str = "open", session_seconds: float = 3600,
                  sign_in_failures: int = DEFAULT_SIGN_IN_FAILURES) -> None:
-        self.store = MemoryStateStore()
         self.clock = Clock()
         self.clock.advance(START)
+        # The store keeps the same time as the sessions (lock ages, "ago").
+        self.store = MemoryStateStore(
+            clock=lambda: datetime.fromtimestamp(self.clock.seconds(), UTC))
         checker: Any = {"open": OpenChecker(), "static": StaticTokenChecker(STATIC),
                         "database": DatabaseTokenChecker(self.store)}[auth_mode]
         self.site = SiteClient(build_root(

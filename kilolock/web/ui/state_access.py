@@ -9,11 +9,12 @@ from collections.abc import Callable
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from kilolock.core.errors import Forbidden, StateNotFound
+from kilolock.core.errors import Forbidden, InvalidPath, KilolockError, StateNotFound
 from kilolock.core.model import StateKey, StateSummary
+from kilolock.rules.paths import validate_segment
 from kilolock.rules.scope import state_key
 from kilolock.web.context import context_of
-from kilolock.web.resource import Response, named_child
+from kilolock.web.resource import Response
 from kilolock.web.ui.base import Dashboard, UiResource, Viewer
 
 
@@ -26,7 +27,7 @@ class StatePart(UiResource):
         self.segments = segments
 
     def getChild(self, path: bytes, request: Request) -> Resource:
-        return named_child(path, self.child)
+        return page_named(self.dashboard, path, self.child)
 
     def child(self, segment: str) -> Resource:
         return NotFoundPage(self.dashboard)
@@ -73,4 +74,27 @@ class PagesBelow(NotFoundPage):
         self.child = child
 
     def getChild(self, path: bytes, request: Request) -> Resource:
-        return named_child(path, self.child)
+        return page_named(self.dashboard, path, self.child)
+
+
+class ErrorPageOf(NotFoundPage):
+    """A page answering one error (as an HTML page, once signed in)."""
+
+    def __init__(self, dashboard: Dashboard, error: KilolockError) -> None:
+        super().__init__(dashboard)
+        self.error = error
+
+    async def show(self, request: Request, viewer: Viewer) -> Response:
+        raise self.error
+
+
+def page_named(dashboard: Dashboard, path: bytes,
+               child: Callable[[str], Resource]) -> Resource:
+    """The page a path segment names: C{child(segment)}, or the HTML 400
+    page of the path rule the segment breaks (L{validate_segment}: too
+    long, a control character, C{..})."""
+    try:
+        segment = validate_segment(path)
+    except InvalidPath as error:
+        return ErrorPageOf(dashboard, error)
+    return child(segment)
