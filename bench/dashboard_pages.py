@@ -65,7 +65,8 @@ def big_state(instances: int, serial: int, generation: int) -> dict[str, Any]:
             {"module": module, "mode": "managed", "type": "aws_instance", "name": "web",
              "provider": AWS, "instances": [
                  {"index_key": index, "schema_version": 1, "attributes": {
-                     "id": f"i-{module_index:03x}{index:05x}-{generation if index % 10 == 0 else 0}",
+                     "id": f"i-{module_index:03x}{index:05x}-"
+                           f"{generation if index % 10 == 0 else 0}",
                      "ami": "ami-0abc", "instance_type": "t3.micro",
                      "user_data": f"#!/bin/sh\necho {index}\n",
                      "ebs_block_device": [{"device_name": "/dev/sdb", "volume_size": 20}],
