@@ -8,7 +8,10 @@ own driver bundle matched to the browser build.
 Every page a test visits can be checked for: an accessibility audit by
 axe-core (vendored under tests/vendor, injected by the test, never
 shipped), console errors (a Content-Security-Policy violation is one), and
-text that must not be in the DOM.  Screenshots go to the test's tmp dir.
+text that must not be in the DOM; and, at a desktop's width and a phone's,
+what a person would see wrong: the page wider than the window, text too
+small to read, things drawn over each other.  Screenshots of every page at
+both widths go to the test's tmp dir.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.fixtures_server import poll_until
 from tests.support.paths import TESTS
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -32,7 +36,102 @@ AXE = TESTS / "vendor" / "axe.min.js"
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-proxy-server",
-                  "--window-size=1280,1000", "--disable-dev-shm-usage")
+                  "--window-size=1400,1000", "--disable-dev-shm-usage",
+                  "--hide-scrollbars", "--force-device-scale-factor=1")
+
+#: The widths every page is looked at: a desktop, and a phone.
+WIDTHS = (1400, 390)
+#: The smallest font size (px) text may have; resource addresses included.
+MIN_FONT_PX = 12
+
+#: What a person would notice on the page as it is laid out now: the page
+#: wider than the window, text smaller than MIN_FONT_PX, and text or
+#: controls drawn over each other.  Text is measured line by line (a Range
+#: over each text node), controls by their boxes; what a scrolling box or
+#: a closed <details> hides is not seen, so not counted.  Returns a list of
+#: descriptions.
+LAYOUT_CHECK = """
+const minFont = arguments[0];
+const problems = [];
+const root = document.documentElement;
+if (root.scrollWidth > window.innerWidth + 1) {
+  problems.push(`the page is ${root.scrollWidth}px wide in a ${window.innerWidth}px window`);
+}
+function describe(node) {
+  const element = node.nodeType === 1 ? node : node.parentElement;
+  const text = (node.textContent || "").trim().slice(0, 40);
+  return `${element.tagName.toLowerCase()}.${element.className.baseVal ?? element.className}`
+         + ` "${text}"`;
+}
+function clip(element, rect) {
+  let r = {left: rect.left, top: rect.top, right: rect.right, bottom: rect.bottom};
+  for (let e = element.parentElement; e; e = e.parentElement) {
+    const style = getComputedStyle(e);
+    if (style.overflowX !== "visible" || style.overflowY !== "visible") {
+      const b = e.getBoundingClientRect();
+      r = {left: Math.max(r.left, b.left), top: Math.max(r.top, b.top),
+           right: Math.min(r.right, b.right), bottom: Math.min(r.bottom, b.bottom)};
+    }
+  }
+  return r;
+}
+function hiddenInDetails(element) {
+  // a closed <details> keeps its content laid out, unseen (content-visibility)
+  for (let d = element.closest("details"); d; d = d.parentElement.closest("details")) {
+    if (!d.open && !element.closest("summary")) return true;
+  }
+  return false;
+}
+const boxes = [];
+const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+  if (!node.textContent.trim()) continue;
+  const element = node.parentElement;
+  if (element.closest("title, script, style, .skip, svg defs")) continue;
+  if (hiddenInDetails(element)) continue;
+  const style = getComputedStyle(element);
+  if (style.visibility === "hidden" || style.display === "none") continue;
+  const range = document.createRange();
+  range.selectNodeContents(node);
+  const rects = Array.from(range.getClientRects()).filter(r => r.width > 0 && r.height > 0);
+  if (!rects.length) continue;
+  const size = parseFloat(style.fontSize);
+  if (size < minFont) problems.push(`${describe(node)} is ${size}px`);
+  for (const rect of rects) {
+    const seen = clip(element, rect);
+    if (seen.right - seen.left > 1 && seen.bottom - seen.top > 1) {
+      boxes.push({node, rect: seen});
+    }
+  }
+}
+for (const element of document.querySelectorAll("input, select, button, textarea, svg.graph rect")) {
+  const rect = element.getBoundingClientRect();
+  if (rect.width === 0 || rect.height === 0 || hiddenInDetails(element)) continue;
+  const seen = clip(element, rect);
+  if (seen.right - seen.left > 1 && seen.bottom - seen.top > 1) boxes.push({node: element, rect: seen});
+}
+boxes.sort((a, b) => a.rect.top - b.rect.top);
+for (let i = 0; i < boxes.length; i++) {
+  const a = boxes[i];
+  for (let j = i + 1; j < boxes.length && boxes[j].rect.top < a.rect.bottom - 1; j++) {
+    const b = boxes[j];
+    if (a.node === b.node) continue;
+    const ea = a.node.nodeType === 1 ? a.node : a.node.parentElement;
+    const eb = b.node.nodeType === 1 ? b.node : b.node.parentElement;
+    // a box's own label: the text of a graph node over its rect
+    if (ea.parentElement && eb.parentElement && ea.closest("svg.graph .node") &&
+        ea.closest("svg.graph .node") === eb.closest("svg.graph .node")) continue;
+    if (ea.contains(eb) && eb.matches("input, select, button, textarea, rect")) continue;
+    if (eb.contains(ea) && eb.matches("input, select, button, textarea, rect")) continue;
+    const width = Math.min(a.rect.right, b.rect.right) - Math.max(a.rect.left, b.rect.left);
+    const height = Math.min(a.rect.bottom, b.rect.bottom) - Math.max(a.rect.top, b.rect.top);
+    if (width > 1 && height > 1) {
+      problems.push(`${describe(a.node)} overlaps ${describe(b.node)} (${Math.round(width)}x${Math.round(height)}px)`);
+    }
+  }
+}
+return problems.slice(0, 20);
+"""
 
 
 def require_browser() -> None:
@@ -117,18 +216,48 @@ class Browser:
         violations: list[dict[str, Any]] = json.loads(found)
         return violations
 
+    def resize(self, width: int, height: int = 1000) -> None:
+        self.driver.set_window_size(width, height)
+        poll_until(lambda: self.driver.execute_script("return window.innerWidth") == width, 30,
+                   f"the window to be {width}px wide")
+
+    def layout_problems(self) -> list[str]:
+        """What L{LAYOUT_CHECK} finds on the page as it is laid out now."""
+        found: list[str] = self.driver.execute_script(LAYOUT_CHECK, MIN_FONT_PX)
+        return found
+
+    def full_screenshot(self, name: str, width: int) -> Path:
+        """The whole page at C{width}: the window made as tall as the page."""
+        height = int(self.driver.execute_script(
+            "return document.documentElement.scrollHeight"))
+        self.driver.set_window_size(width, min(max(height, 600), 8000))
+        path = self.shots / f"{name}-{width}.png"
+        self.driver.save_screenshot(str(path))
+        self.driver.set_window_size(width, 1000)
+        return path
+
     def check_page(self, name: str, forbidden: tuple[str, ...] = (), status: int = 200) -> None:
-        """The checks every page passes: a screenshot (saved), no console
-        error or CSP violation, no accessibility violation, and none of
-        C{forbidden} anywhere in the DOM."""
-        self.screenshot(name)
+        """The checks every page passes, as a person would look at it: at
+        each of L{WIDTHS}, a screenshot of the whole page (saved), nothing
+        wider than the window, no text under L{MIN_FONT_PX}, nothing drawn
+        over anything else, no accessibility violation; no console error
+        or CSP violation; none of C{forbidden} anywhere in the DOM."""
         errors = self.console_errors(status)
         assert errors == [], f"{name}: console errors {errors}"
         source = self.source()
         for text in forbidden:
             assert text not in source, f"{name}: {text!r} is in the DOM"
-        violations = self.accessibility_violations()
-        described = [(v.get("id"), v.get("help"),
-                      [node.get("target") for node in v.get("nodes", [])][:5])
-                     for v in violations]
-        assert described == [], f"{name}: accessibility violations {described}"
+        try:
+            for width in WIDTHS:
+                self.resize(width)
+                self.full_screenshot(name, width)
+                problems = self.layout_problems()
+                assert problems == [], f"{name} at {width}px: {problems}"
+                violations = self.accessibility_violations()
+                described = [(v.get("id"), v.get("help"),
+                              [node.get("target") for node in v.get("nodes", [])][:5])
+                             for v in violations]
+                assert described == [], \
+                    f"{name} at {width}px: accessibility violations {described}"
+        finally:
+            self.resize(WIDTHS[0])

@@ -181,7 +181,7 @@ class DiffView(Element):
                 + [{**item, "path": item["name"]} for item in outputs["changed"]])
         if rows:
             parts += [tags.h2("Outputs", id="outputs-heading"),
-                      self.table(rows, "outputs-heading")]
+                      self.table(rows, "outputs-heading", "Output")]
         return parts or [tags.p("No resource or output changed.")]
 
     def _added(self, added: list[dict[str, Any]]) -> Tag:
@@ -206,7 +206,8 @@ class DiffView(Element):
             items.append(tags.li(f"… and {len(added) - MAX_LISTED:,} more"))
         return tags.ul(items, class_="added-list")
 
-    def table(self, changes: list[dict[str, Any]], labelled_by: str) -> Tag:
+    def table(self, changes: list[dict[str, Any]], labelled_by: str,
+              first: str = "Attribute") -> Tag:
         rows = []
         for item in changes:
             if item.get("sensitive"):
@@ -223,7 +224,7 @@ class DiffView(Element):
                                 tags.td(before, class_="before"),
                                 tags.td(after, class_="after")))
         return tags.div(tags.table(
-            tags.thead(tags.tr(tags.th("Attribute", scope="col"),
+            tags.thead(tags.tr(tags.th(first, scope="col"),
                                tags.th(f"Version {self.since}", scope="col"),
                                tags.th(f"Version {self.to}", scope="col"))),
             tags.tbody(rows), class_="diff", **{"aria-labelledby": labelled_by}),

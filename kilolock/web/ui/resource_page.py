@@ -225,8 +225,9 @@ class ResourcePage(StatePart):
         if not changes:
             return [tags.p(f"Not created, changed or removed in {scope}.")]
         last = changes[0]
+        label = {"created": "Created", "changed": "Last changed", "removed": "Removed"}
         parts: list[Any] = [tags.p(
-            tags.strong(f"Last {last.what}: "), f"version {last.version.number}, ",
+            tags.strong(f"{label[last.what]}: "), f"version {last.version.number}, ",
             tags.time(format.ago(last.version.created_at, now),
                       datetime=last.version.created_at.isoformat(),
                       title=format.when(last.version.created_at)),

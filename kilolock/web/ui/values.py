@@ -8,6 +8,7 @@ Masked values are never sent."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,17 @@ from kilolock.web.ui.secrets import shows_secret
 MAX_ROWS = 400
 #: How deep objects are flattened into paths; deeper ones are shown whole.
 MAX_DEPTH = 6
+
+
+#: Characters that change how the text around them is shown -- bidirectional
+#: overrides, embeddings and isolates, marks, zero-width ones -- which a page
+#: shows as their escapes, so that a value reads as what it holds.
+_INVISIBLE = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+
+
+def visible(text: str) -> str:
+    """C{text} with the characters of L{_INVISIBLE} as C{\\uXXXX}."""
+    return _INVISIBLE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
 def masked(what: str = "(sensitive)") -> Tag:
@@ -40,10 +52,10 @@ def value_tag(value: Any, secrets: frozenset[str]) -> Any:
         text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
         if f'"{REDACTED}"' in text or shows_secret(text, secrets):
             return masked()
-        return tags.pre(text, class_="value")
+        return tags.pre(visible(text), class_="value")
     if shows_secret(value if isinstance(value, str) else json.dumps(value), secrets):
         return masked()
-    return tags.code(json.dumps(value, ensure_ascii=False), class_="value")
+    return tags.code(visible(json.dumps(value, ensure_ascii=False)), class_="value")
 
 
 def flatten(value: Any, path: tuple[str | int, ...] = (),

@@ -40,6 +40,7 @@ from kilolock.web.ui.resource_page import chosen_version
 from kilolock.web.ui.resource_table import output_rows, resource_rows
 from kilolock.web.ui.secrets import sensitive_values_of
 from kilolock.web.ui.state_access import NotFoundPage, StatePart
+from kilolock.web.ui.values import visible
 from kilolock.web.ui.version_reads import read_version
 
 #: Resources per page of a version's page.
@@ -215,7 +216,7 @@ def masked_document(raw: bytes) -> str:
         pattern = "|".join(re.escape(json.dumps(secret, ensure_ascii=False)[1:-1])
                            for secret in sorted(secrets, key=len, reverse=True))
         text = re.sub(pattern, REDACTED, text)
-    return text
+    return visible(text)
 
 
 class VersionJson(_OfVersion):

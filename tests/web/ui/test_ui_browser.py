@@ -44,6 +44,58 @@ output "secret" {{
   value     = "{SECRET_OUTPUT}"
   sensitive = true
 }}
+
+resource "terraform_data" "base" {{
+  input = "base"
+}}
+
+resource "terraform_data" "vault" {{
+  input = "vault"
+}}
+
+resource "terraform_data" "layer" {{
+  count = 3
+  input = "${{terraform_data.base.output}}-${{count.index}}"
+}}
+
+resource "terraform_data" "final" {{
+  input = [terraform_data.layer[0].output, terraform_data.vault.output]
+}}
+
+resource "terraform_data" "hostile" {{
+  input = "<script>alert(1)</script> \u202eevil\u202c"
+}}
+
+output "pair" {{
+  value = ["a", "b"]
+}}
+"""
+
+#: Where each edge of the drawn graph passes a box it does not connect
+#: (points along each path, in the SVG's own units, against each box).
+GRAPH_CROSSINGS = """
+const svg = document.querySelector("svg.graph");
+const boxes = Array.from(svg.querySelectorAll("[data-name]")).map(node => {
+  const rect = node.querySelector("rect");
+  return {name: node.getAttribute("data-name"), x: rect.x.baseVal.value,
+          y: rect.y.baseVal.value, w: rect.width.baseVal.value, h: rect.height.baseVal.value};
+});
+const found = [];
+for (const path of svg.querySelectorAll("path.edge")) {
+  const from = path.getAttribute("data-from"), to = path.getAttribute("data-to");
+  const length = path.getTotalLength();
+  for (let step = 0; step <= 200; step++) {
+    const point = path.getPointAtLength(length * step / 200);
+    for (const box of boxes) {
+      if (box.name === from || box.name === to) continue;
+      if (point.x > box.x + 0.5 && point.x < box.x + box.w - 0.5 &&
+          point.y > box.y + 0.5 && point.y < box.y + box.h - 0.5) {
+        found.push(`${from} -> ${to} crosses ${box.name}`);
+      }
+    }
+  }
+}
+return Array.from(new Set(found));
 """
 
 
@@ -130,13 +182,28 @@ def test_every_page_with_terraform_data(browser: Browser, kilolock_server_factor
     driver.find_element(By.LINK_TEXT, "web").click()
     poll_until(lambda: driver.current_url.endswith("/ui/states/web"), 30, "the state page")
     browser.check_page("state", FORBIDDEN)
-    nodes = driver.find_elements(By.CSS_SELECTOR, "svg.graph g.node")
+    nodes = driver.find_elements(By.CSS_SELECTOR, "svg.graph [data-name]")
     assert sorted(node.get_attribute("data-name") for node in nodes) == [
-        "terraform_data.dependent", "terraform_data.item", "terraform_data.keyed",
-        "terraform_data.secretive"]
-    assert driver.find_elements(By.CSS_SELECTOR, "svg.graph path.edge")
+        "terraform_data.base", "terraform_data.dependent", "terraform_data.final",
+        "terraform_data.hostile", "terraform_data.item", "terraform_data.keyed",
+        "terraform_data.layer", "terraform_data.secretive", "terraform_data.vault"]
+    drawn = {(edge.get_attribute("data-from"), edge.get_attribute("data-to"))
+             for edge in driver.find_elements(By.CSS_SELECTOR, "svg.graph path.edge")}
+    assert ("terraform_data.base", "terraform_data.final") not in drawn  # implied
+    assert {("terraform_data.base", "terraform_data.layer"),
+            ("terraform_data.layer", "terraform_data.final"),
+            ("terraform_data.vault", "terraform_data.final")} <= drawn
+    assert driver.execute_script(GRAPH_CROSSINGS) == []
+    graph = driver.find_element(By.CSS_SELECTOR, "svg.graph")
+    assert graph.accessible_name == "Dependency graph of web"
+    alternative = driver.find_element(By.ID, graph.get_attribute("aria-describedby"))
+    alternative.find_element(By.TAG_NAME, "summary").click()
+    assert "terraform_data.final depends on terraform_data.layer, terraform_data.vault" \
+        in alternative.text
+    assert "and, through those, terraform_data.base" in alternative.text
     outputs = driver.find_element(By.CSS_SELECTOR, "table.outputs").text
     assert "(sensitive)" in outputs and "generation" in outputs
+    assert "tuple([string, string])" in outputs
     Select(driver.find_element(By.ID, "type")).select_by_value("terraform_data")
     address = driver.find_element(By.ID, "address")
     address.send_keys("keyed", Keys.ENTER)
@@ -145,13 +212,50 @@ def test_every_page_with_terraform_data(browser: Browser, kilolock_server_factor
     assert sorted(cell.text for cell in found) == ['terraform_data.keyed["blue"]',
                                                    'terraform_data.keyed["green"]']
     assert "backend \"http\"" in driver.find_element(By.ID, "block-0").text
+    assert "credentials" in driver.find_element(By.ID, "block-2").text
 
+    # The keyboard reaches the graph's boxes, each named; Enter opens its page.
+    browser.open(server.base_url + "/ui/states/web")
+    body = driver.find_element(By.TAG_NAME, "body")
+    named = ""
+    for _ in range(80):
+        body.send_keys(Keys.TAB)
+        focused = driver.switch_to.active_element
+        if focused.get_attribute("data-name") == "terraform_data.final":
+            named = focused.accessible_name
+            break
+        body = focused
+    assert named == "terraform_data.final", "Tab never reached the graph's box of final"
+    focused.send_keys(Keys.ENTER)
+    poll_until(lambda: "/-/resource?address=terraform_data.final" in driver.current_url, 30,
+               "the resource page")
+    browser.check_page("resource", FORBIDDEN)
+    text = " ".join(browser.text().split())
+    assert "Provider terraform" in text and "Depends on" in text
+    assert "terraform_data.layer" in text and "terraform_data.vault" in text
+    browser.open(server.base_url + "/ui/states/web/-/resource?address=terraform_data.hostile")
+    browser.check_page("resource-hostile", FORBIDDEN)
+    assert "<script>alert(1)</script>" in browser.text()  # shown as text, never run
+    browser.open(server.base_url + "/ui/states/web/-/resource?address=terraform_data.secretive")
+    browser.check_page("resource-secret", FORBIDDEN)
+    assert "(sensitive)" in browser.text()
+
+    browser.open(server.base_url + "/ui/states/web")
     driver.find_element(By.LINK_TEXT, "History and diffs").click()
     poll_until(lambda: driver.current_url.endswith("/-/history"), 30, "the history")
     browser.check_page("history", FORBIDDEN)
-    assert "Version 2" in browser.text() and "~" in browser.text()
-    downloads = driver.find_elements(By.PARTIAL_LINK_TEXT, "Download version")
+    assert "Version 2" in browser.text() and "current" in browser.text()
+    assert "(just now)" in browser.text()
+    downloads = driver.find_elements(By.LINK_TEXT, "Download")
     assert len(downloads) == 2
+    driver.find_element(By.LINK_TEXT, "Resources of version 1").click()
+    poll_until(lambda: driver.current_url.endswith("/-/versions/1"), 30, "version 1")
+    browser.check_page("version", FORBIDDEN)
+    driver.find_element(By.LINK_TEXT, "JSON").click()
+    poll_until(lambda: driver.current_url.endswith("/-/versions/1/json"), 30, "its JSON")
+    browser.check_page("version-json", FORBIDDEN)
+    assert '"(sensitive)"' in browser.text()
+    browser.open(server.base_url + "/ui/states/web/-/history")
     driver.find_element(By.CSS_SELECTOR, "form.filters button").click()
     poll_until(lambda: "/-/diff" in driver.current_url, 30, "the diff")
     browser.check_page("diff", FORBIDDEN)

@@ -132,15 +132,17 @@ def test_sensitive_values_and_values_holding_them_are_never_sent() -> None:
 
 
 def test_hostile_text_in_attributes_is_escaped() -> None:
-    """Markup is text, an RTL override stays a character (no markup), a NUL
-    is replaced: on the resource's page and in the version's JSON."""
+    """Markup is text; an RTL override is shown as its escape (the value
+    reads as what it holds, not reversed); a NUL is replaced: on the
+    resource's page and in the version's JSON."""
     site = site_with_history()
     for page in (resource(site, "terraform_data.copy"),
                  site.browser().get("/ui/states/app/-/versions/1/json")):
         assert page.status == 200
         assert b"<script>" not in page.body and b"&lt;script&gt;" in page.body
         assert b"\x00" not in page.body
-        assert "\u202eevil".encode() in page.body
+        assert "\u202e".encode() not in page.body
+        assert b"\\u202eevil\\u202c" in page.body
 
 
 def test_a_resource_of_several_instances_lists_them() -> None:
