@@ -104,11 +104,14 @@ for (let node = walker.nextNode(); node; node = walker.nextNode()) {
     }
   }
 }
-for (const element of document.querySelectorAll("input, select, button, textarea, svg.graph rect")) {
+const controls = "input, select, button, textarea, svg.graph rect";
+for (const element of document.querySelectorAll(controls)) {
   const rect = element.getBoundingClientRect();
   if (rect.width === 0 || rect.height === 0 || hiddenInDetails(element)) continue;
   const seen = clip(element, rect);
-  if (seen.right - seen.left > 1 && seen.bottom - seen.top > 1) boxes.push({node: element, rect: seen});
+  if (seen.right - seen.left > 1 && seen.bottom - seen.top > 1) {
+    boxes.push({node: element, rect: seen});
+  }
 }
 boxes.sort((a, b) => a.rect.top - b.rect.top);
 for (let i = 0; i < boxes.length; i++) {
@@ -126,7 +129,8 @@ for (let i = 0; i < boxes.length; i++) {
     const width = Math.min(a.rect.right, b.rect.right) - Math.max(a.rect.left, b.rect.left);
     const height = Math.min(a.rect.bottom, b.rect.bottom) - Math.max(a.rect.top, b.rect.top);
     if (width > 1 && height > 1) {
-      problems.push(`${describe(a.node)} overlaps ${describe(b.node)} (${Math.round(width)}x${Math.round(height)}px)`);
+      const size = `${Math.round(width)}x${Math.round(height)}px`;
+      problems.push(`${describe(a.node)} overlaps ${describe(b.node)} (${size})`);
     }
   }
 }
