@@ -350,3 +350,35 @@ def test_a_tenants_browser_cannot_open_another_tenants_state(
     browser.open(f"{hosted.base_url}/ui/states/{acme.prefix}/missing")
     assert browser.text() == foreign
     assert "There is nothing here" in foreign
+
+
+@pytest.mark.parametrize("server_store", ["memory"], indirect=True)
+def test_the_layout_check_sees_what_a_person_would(browser: Browser,
+                                                   kilolock_server: KilolockServer) -> None:
+    """The check every page passes is not blind: on a page made to go
+    wrong (through the style object, which the CSP allows), it reports the
+    page wider than the window, the text under 12 px, and the text drawn
+    over other text; on the page as served, nothing."""
+    browser.open(kilolock_server.base_url + "/ui/")
+    assert browser.layout_problems() == []
+    browser.driver.execute_script("""
+        const main = document.querySelector("main");
+        const wide = document.createElement("p");
+        wide.textContent = "wide";
+        wide.style.width = "3000px";
+        const tiny = document.createElement("p");
+        tiny.textContent = "tiny text";
+        tiny.style.fontSize = "9px";
+        const over = document.createElement("p");
+        over.textContent = "drawn over the heading";
+        over.style.position = "absolute";
+        const heading = document.querySelector("h1").getBoundingClientRect();
+        over.style.top = (heading.top + window.scrollY) + "px";
+        over.style.left = heading.left + "px";
+        over.style.margin = "0";
+        main.append(wide, tiny, over);
+    """)
+    problems = " | ".join(browser.layout_problems())
+    assert "wide in a" in problems
+    assert '"tiny text" is 9px' in problems
+    assert 'overlaps' in problems and "drawn over the heading" in problems
