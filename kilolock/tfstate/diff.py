@@ -25,9 +25,10 @@ from typing import Any
 from attrs import frozen
 
 from kilolock.core.errors import EncryptedState, InvalidState, InvalidText, VersionTooDeep
+from kilolock.core.json_fast import UNDECIDED, fast_decode
 from kilolock.core.text import clean_document, clean_text
 from kilolock.tfstate.parse import REDACTED, is_envelope, parse_state
-from kilolock.tfstate.projection import instance_address
+from kilolock.tfstate.projection import keyed_address, resource_base
 from kilolock.tfstate.redaction import redact, redact_flat, sensitive_paths
 
 #: Steps of an attribute path: a str is a key, an int a list position.
@@ -44,7 +45,10 @@ def load_document(raw: bytes) -> dict[str, Any]:
     @raise InvalidState: it is not a state at all (never for stored versions).
     """
     try:
-        doc = json.loads(raw)
+        raw.decode("utf-8")  # what fast_decode needs of its bytes
+        doc = fast_decode(raw)
+        if doc is UNDECIDED:
+            doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise InvalidState("the stored version is not JSON") from None
     if not isinstance(doc, dict):
@@ -188,11 +192,15 @@ def _objects(doc: dict[str, Any]) -> dict[tuple[str, str | None], _Object]:
         if not isinstance(resource, dict):
             continue
         mode = resource.get("mode")
+        try:
+            base = resource_base(resource)
+        except ValueError:
+            continue
         for instance in resource.get("instances") or []:
             if not isinstance(instance, dict):
                 continue
             try:
-                address = instance_address(resource, instance)
+                address = keyed_address(base, instance)
             except ValueError:
                 continue
             deposed = instance.get("deposed")

@@ -182,11 +182,11 @@ def _project_resource(
                     dependencies.append(DependencyRow(address=pair[0], depends_on=pair[1]))
 
 
-def instance_address(resource: dict[str, Any], instance: dict[str, Any]) -> str:
-    """The address of an instance of a resource of a stored state, as its
-    projected row names it (C{module.net.aws_subnet.this["a"]}).
+def resource_base(resource: dict[str, Any]) -> str:
+    """The address of a resource of a stored state, before any instance key
+    (C{module.net.aws_subnet.this}).
 
-    @raise ValueError: the resource or instance is not of a state's shape.
+    @raise ValueError: the resource is not of a state's shape.
     """
     mode, type_, name = resource.get("mode"), resource.get("type"), resource.get("name")
     module = resource.get("module") or ""
@@ -194,12 +194,29 @@ def instance_address(resource: dict[str, Any], instance: dict[str, Any]) -> str:
                                                   for text in (type_, name, module)):
         raise ValueError("not a resource of a state")
     base = (f"{module}." if module else "") + ("data." if mode == "data" else "")
-    base += f"{type_}.{name}"
+    return f"{base}{type_}.{name}"
+
+
+def keyed_address(base: str, instance: dict[str, Any]) -> str:
+    """The address of an instance of the resource at C{base}
+    (L{resource_base}), as its projected row names it.
+
+    @raise ValueError: the instance key is neither a string nor a whole number.
+    """
     try:
         key = _index_key(instance.get("index_key"), (0, 0))
     except InvalidState:
         raise ValueError("not an instance key") from None
     return clean_text(base + _key_suffix(key)) if key is not None else clean_text(base)
+
+
+def instance_address(resource: dict[str, Any], instance: dict[str, Any]) -> str:
+    """The address of an instance of a resource of a stored state, as its
+    projected row names it (C{module.net.aws_subnet.this["a"]}).
+
+    @raise ValueError: the resource or instance is not of a state's shape.
+    """
+    return keyed_address(resource_base(resource), instance)
 
 
 def _where(position: int, instance: int | None = None) -> str:

@@ -71,7 +71,6 @@ class Dashboard:
     #: number, SHA-256): bounded caches (L{kilolock.web.ui.version_reads}).
     parsed_versions: OrderedDict[tuple[str, str, int, str], Any] = field(factory=OrderedDict)
     fingerprints: OrderedDict[tuple[str, str, int, str], Any] = field(factory=OrderedDict)
-    secrets: OrderedDict[tuple[str, str, int, str], Any] = field(factory=OrderedDict)
 
     @property
     def open(self) -> bool:

@@ -36,7 +36,7 @@ from kilolock.web.ui.state_access import NotFoundPage, PagesBelow, StatePart
 from kilolock.web.ui.states_page import options
 from kilolock.web.ui.unlock import UnlockPage
 from kilolock.web.ui.version_page import VersionsFolder
-from kilolock.web.ui.version_reads import current_secrets
+from kilolock.web.ui.version_reads import read_version
 
 #: Resources shown per page.
 RESOURCE_PAGE = 100
@@ -260,13 +260,17 @@ class StatePage(StatePart):
     async def show(self, request: Request, viewer: Viewer) -> Response:
         key = self.key(request, viewer)
         summary = await self.summary(key)
-        projection = await self.lane.store.get_projection(key)
+        # The current version as parsed once per process (versions never
+        # change): its projection without reading every row again, and
+        # the values it marks sensitive.
+        projection: Projection | None = None
+        secrets = frozenset[str]()
+        if summary.current is not None:
+            read = await read_version(self.lane, self.dashboard.parsed_versions, key,
+                                      summary.current)
+            projection, secrets = read.projection, read.secrets
         can_unlock = viewer.principal.can_write
         blocks = self.blocks(request, key, viewer)
-        secrets = frozenset[str]()
-        if summary.current is not None and projection is not None and projection.outputs:
-            secrets = await current_secrets(self.lane, self.dashboard.secrets, key,
-                                            summary.current)
         tfe = ITFEStore(self.lane.store, None)
         workspace = None if tfe is None else await tfe.tfe_find_workspace(key, adopt=False)
         view = StateView(summary, projection, resource_filter(request),

@@ -14,6 +14,7 @@ import json
 from collections import OrderedDict
 from typing import Any
 
+import msgspec
 from attrs import frozen
 
 from kilolock.core.errors import (
@@ -26,10 +27,10 @@ from kilolock.core.errors import (
 from kilolock.core.model import Projection, StateKey, StateVersion
 from kilolock.core.text import clean_text
 from kilolock.tfstate.diff import load_document
-from kilolock.tfstate.projection import instance_address, project_state
+from kilolock.tfstate.projection import keyed_address, project_state, resource_base
 from kilolock.web.body import in_thread_if_large
 from kilolock.web.lane import StateLane
-from kilolock.web.ui.secrets import sensitive_values, sensitive_values_of
+from kilolock.web.ui.secrets import sensitive_values_of
 
 #: Parsed versions kept (each holds its rows: a few MB for thousands of
 #: resources).
@@ -83,11 +84,15 @@ def _fingerprints(raw: bytes) -> dict[FingerprintKey, int] | None:
     for resource in doc.get("resources") or []:
         if not isinstance(resource, dict):
             continue
+        try:
+            base = resource_base(resource)
+        except ValueError:
+            continue
         for instance in resource.get("instances") or []:
             if not isinstance(instance, dict):
                 continue
             try:
-                address = instance_address(resource, instance)
+                address = keyed_address(base, instance)
             except ValueError:
                 continue
             deposed = instance.get("deposed")
@@ -96,15 +101,24 @@ def _fingerprints(raw: bytes) -> dict[FingerprintKey, int] | None:
                 attributes = instance.get("attributes_flat")
             found[("resource", address, clean_text(deposed)
                    if isinstance(deposed, str) and deposed else None)] = hash(
-                _ENCODE(attributes if attributes is not None else {}))
+                _encode(attributes if attributes is not None else {}))
     for name, output in (doc.get("outputs") or {}).items():
         if isinstance(output, dict):
-            found[("output", name, None)] = hash(_ENCODE([output.get("value"),
+            found[("output", name, None)] = hash(_encode([output.get("value"),
                                                           bool(output.get("sensitive"))]))
     return found
 
 
-_ENCODE = json.JSONEncoder(ensure_ascii=False, sort_keys=True, allow_nan=True).encode
+def _encode(value: Any) -> bytes:
+    """C{value} as JSON text with sorted keys: equal for equal values of
+    equal JSON types (C{1}, C{1.0} and C{true} differ), whatever the order
+    of their keys.  msgspec's encoder; the standard library's for text
+    UTF-8 cannot hold (an unpaired surrogate)."""
+    try:
+        return msgspec.json.encode(value, order="sorted")
+    except (UnicodeEncodeError, TypeError, ValueError):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False).encode(
+            "utf-8", "surrogatepass")
 
 
 def _remember(cache: OrderedDict[CacheKey, Any], key: CacheKey, value: Any, kept: int) -> None:
@@ -156,25 +170,4 @@ async def fingerprints(lane: StateLane, cache: OrderedDict[CacheKey, Any], key: 
     found = None if raw is None else await in_thread_if_large(lane.reactor, len(raw),
                                                                _fingerprints, raw)
     _remember(cache, cache_key, found, FINGERPRINTS_KEPT)
-    return found
-
-
-#: The sensitive values of this many versions are kept.
-SECRETS_KEPT = 200
-
-
-async def current_secrets(lane: StateLane, cache: OrderedDict[CacheKey, Any], key: StateKey,
-                          version: StateVersion) -> frozenset[str]:
-    """The values version C{version} marks sensitive (once per process):
-    what the state page masks wherever they turn up (an output copying a
-    sensitive value)."""
-    cache_key = _cache_key(key, version)
-    if cache_key in cache:
-        cache.move_to_end(cache_key)
-        known: frozenset[str] = cache[cache_key]
-        return known
-    raw = await lane.store.read_version(key, version.number)
-    found = frozenset[str]() if raw is None else await in_thread_if_large(
-        lane.reactor, len(raw), sensitive_values, raw)
-    _remember(cache, cache_key, found, SECRETS_KEPT)
     return found
