@@ -18,6 +18,7 @@ the dependency list alone.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from attrs import frozen
@@ -29,6 +30,8 @@ from kilolock.tfstate.address import MAX_ADDRESS_LENGTH
 MAX_NODES = 80
 #: The longest label drawn (the whole name is in the node's tooltip).
 MAX_LABEL = 44
+_NUMBER_KEY = re.compile(r"\[[0-9]*\]")
+
 #: What the root module is called in a graph drawn by module.
 ROOT_MODULE = "(root module)"
 
@@ -93,6 +96,8 @@ def config_address(address: str) -> str:
     configuration names it (and as Terraform records dependencies)."""
     if "[" not in address:
         return address
+    if '"' not in address:  # keys are numbers only: one pass
+        return _NUMBER_KEY.sub("", address)
     out: list[str] = []
     position = 0
     while position < len(address):

@@ -23,20 +23,18 @@ def resource_rows(path: str, rows: Sequence[ResourceRow], version: int | None) -
         return [tags.tr(tags.td("No resources.", colspan="5"))]
     # Attribute values are on each resource's page, masked there: a table
     # of thousands of rows names resources, it does not show them.
-    return [tags.tr(tags.th(tags.a(tags.code(row.address, class_="address"),
-                                   href=resource_url(path, row.address, version)),
+    # Few elements a row: a page shows hundreds of rows.
+    return [tags.tr(tags.th(tags.a(row.address, href=resource_url(path, row.address, version),
+                                   class_="address"),
                             scope="row", **{"data-label": "Address"}),
-                    tags.td(tags.code(row.type), **{"data-label": "Type"}),
-                    tags.td(_module(row.module), **{"data-label": "Module"}),
-                    tags.td(tags.span(format.provider(row.provider), title=row.provider),
-                            **{"data-label": "Provider"}),
+                    tags.td(row.type, class_="mono", **{"data-label": "Type"}),
+                    tags.td(row.module, class_="mono", **{"data-label": "Module"})
+                    if row.module else tags.td("(root)", class_="quiet",
+                                               **{"data-label": "Module"}),
+                    tags.td(format.provider(row.provider), **{"data-label": "Provider"}),
                     tags.td(f"deposed ({row.deposed})" if row.deposed else "current",
                             **{"data-label": "Object"}))
             for row in rows]
-
-
-def _module(module: str) -> Any:
-    return tags.code(module) if module else tags.span("(root)", class_="quiet")
 
 
 def output_rows(outputs: Sequence[OutputRow], secrets: frozenset[str]) -> list[Tag]:

@@ -217,12 +217,12 @@ class StateView(Element):
     def dependencies(self, request: Request, tag: Tag) -> Tag:
         rows = self.projection.dependencies if self.projection is not None else ()
         if not rows:
-            return tag(tags.tr(tags.td("No dependencies.", colspan="2")))
-        shown = [tags.tr(tags.td(tags.code(row.address)), tags.td(tags.code(row.depends_on)))
+            return tag(tags.li("No dependencies."))
+        # One element a row: up to 500 of them, on every state page.
+        shown = [tags.li(f"{row.address} depends on {row.depends_on}")
                  for row in rows[:MAX_DEPENDENCY_ROWS]]
         if len(rows) > MAX_DEPENDENCY_ROWS:
-            shown.append(tags.tr(tags.td(f"… and {len(rows) - MAX_DEPENDENCY_ROWS} more",
-                                         colspan="2")))
+            shown.append(tags.li(f"… and {len(rows) - MAX_DEPENDENCY_ROWS:,} more"))
         return tag(shown)
 
     @renderer
