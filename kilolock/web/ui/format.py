@@ -112,16 +112,6 @@ def _scalar(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
-def json_text(text: str | None) -> str:
-    """Compact JSON text shown readably (indented)."""
-    if text is None:
-        return "—"
-    try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
-    except ValueError:
-        return text
-
-
 _PROVIDER = re.compile(r'^provider\["([^"\\]+)"\](?:\.([A-Za-z0-9_-]+))?$')
 _DEFAULT_REGISTRY = "registry.terraform.io/"
 
